@@ -1,0 +1,138 @@
+/* k3_log.c - leveled messages on stderr and escaping of untrusted strings. */
+#include "k3_log.h"
+
+#include <stdarg.h>
+#include <string.h>
+
+static const char *g_prog = "k3";
+static int g_level = K3_LOG_NORMAL;
+
+void k3_log_init(const char *prog)
+{
+    const char *slash = prog ? strrchr(prog, '/') : NULL;
+    g_prog = slash ? slash + 1 : (prog ? prog : "k3");
+}
+
+const char *k3_log_prog(void) { return g_prog; }
+void k3_log_set_level(int level) { g_level = level < 0 ? 0 : level; }
+int k3_log_level(void) { return g_level; }
+
+static void vlog(const char *tag, const char *fmt, va_list ap)
+{
+    /* one fprintf per line so concurrent writers do not interleave mid-line */
+    char line[4096];
+    vsnprintf(line, sizeof line, fmt, ap);
+    fprintf(stderr, "%s: %s%s\n", g_prog, tag, line);
+}
+
+void k3_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vlog("error: ", fmt, ap);
+    va_end(ap);
+}
+
+void k3_warn(const char *fmt, ...)
+{
+    if (g_level < K3_LOG_NORMAL) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vlog("warning: ", fmt, ap);
+    va_end(ap);
+}
+
+void k3_info(const char *fmt, ...)
+{
+    if (g_level < K3_LOG_VERBOSE) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vlog("", fmt, ap);
+    va_end(ap);
+}
+
+void k3_debug(const char *fmt, ...)
+{
+    if (g_level < K3_LOG_DEBUG) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vlog("debug: ", fmt, ap);
+    va_end(ap);
+}
+
+/* Length of the valid UTF-8 sequence at s (1..4), or 0 if invalid. */
+static size_t utf8_seq(const unsigned char *s, size_t n)
+{
+    unsigned c = s[0];
+    size_t len;
+    unsigned min;
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) { len = 2; min = 0x80; }
+    else if ((c & 0xF0) == 0xE0) { len = 3; min = 0x800; }
+    else if (c >= 0xF0 && c <= 0xF4) { len = 4; min = 0x10000; }
+    else return 0;
+    if (n < len) return 0;
+    unsigned cp = c & (0x7F >> len);
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xC0) != 0x80) return 0;
+        cp = (cp << 6) | (s[i] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+    return len;
+}
+
+char *k3_escape(const char *in, size_t len, char *out, size_t cap)
+{
+    const unsigned char *s = (const unsigned char *)in;
+    size_t o = 0;
+    if (cap == 0) return out;
+    for (size_t i = 0; i < len;) {
+        char tmp[8];
+        size_t tl;
+        size_t seq = utf8_seq(s + i, len - i);
+        if (seq > 1) {
+            memcpy(tmp, s + i, seq);
+            tl = seq;
+        } else if (s[i] == '\\' || s[i] == '\'') {
+            tmp[0] = '\\'; tmp[1] = (char)s[i]; tl = 2;
+            seq = 1;
+        } else if (s[i] >= 0x20 && s[i] < 0x7F) {
+            tmp[0] = (char)s[i]; tl = 1;
+            seq = 1;
+        } else {
+            tl = (size_t)snprintf(tmp, sizeof tmp, "\\x%02x", s[i]);
+            seq = 1;
+        }
+        if (o + tl + 4 > cap) {          /* keep room for "..." and NUL */
+            if (cap >= 4) { memcpy(out + (o < cap - 4 ? o : cap - 4), "...", 4); }
+            else out[0] = '\0';
+            return out;
+        }
+        memcpy(out + o, tmp, tl);
+        o += tl;
+        i += seq;
+    }
+    out[o] = '\0';
+    return out;
+}
+
+void k3_json_str(FILE *f, const char *str, size_t len)
+{
+    const unsigned char *s = (const unsigned char *)str;
+    fputc('"', f);
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = s[i];
+        if (c == '"' || c == '\\') { fputc('\\', f); fputc(c, f); }
+        else if (c == '\n') fputs("\\n", f);
+        else if (c == '\t') fputs("\\t", f);
+        else if (c == '\r') fputs("\\r", f);
+        else if (c < 0x20 || c == 0x7F) fprintf(f, "\\u%04x", c);
+        else if (c >= 0x80) {
+            size_t seq = utf8_seq(s + i, len - i);
+            if (seq == 0) { fputs("\\ufffd", f); continue; }
+            fwrite(s + i, 1, seq, f);
+            i += seq - 1;
+        } else fputc(c, f);
+    }
+    fputc('"', f);
+}

@@ -1,0 +1,28 @@
+#!/bin/sh
+# Install the Debian packages k3 needs to build and test. Idempotent: silent and
+# quick when everything is already present. Nothing is fetched from anywhere but
+# the Debian archive configured on this machine.
+set -eu
+
+# build: compiler, cmake, pkg-config; libraries; test reference (python3 + numpy + regex)
+PKGS="gcc make cmake pkg-config libzstd-dev libxxhash-dev libarchive-dev libjansson-dev
+      libpcre2-dev python3 python3-numpy python3-regex zstd"
+# optional: clang + libFuzzer runtime for the fuzz target (skipped silently if unavailable)
+OPTIONAL="clang libclang-rt-14-dev"
+
+missing=""
+for p in $PKGS; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+
+echo "k3 setup: installing$missing" >&2
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq >/dev/null
+$SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
+for p in $OPTIONAL; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
+        $SUDO apt-get install -y -qq --no-install-recommends "$p" >/dev/null 2>&1 || true
+done
