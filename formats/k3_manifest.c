@@ -1,0 +1,458 @@
+/* k3_manifest.c - manifest.json writer and strict reader. */
+#include "k3_manifest.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "k3_file.h"
+#include "k3_log.h"
+
+/* ------------------------------------------------------------------ writer */
+
+static json_t *shape_json(int ndim, const uint64_t *shape)
+{
+    json_t *a = json_array();
+    for (int i = 0; i < ndim; i++) json_array_append_new(a, json_integer((json_int_t)shape[i]));
+    return a;
+}
+
+static json_t *hex64_json(uint64_t h)
+{
+    char hex[17];
+    k3_hex64(h, hex);
+    return json_string(hex);
+}
+
+static json_t *hex128_json(k3_h128 h)
+{
+    char hex[33];
+    k3_hex128(h, hex);
+    return json_string(hex);
+}
+
+k3_err k3_manifest_dump(const k3_manifest *m, char **text, size_t *len, k3_diag *d)
+{
+    json_t *root = json_object();
+    json_object_set_new(root, "format", json_string("k3-pack"));
+    json_object_set_new(root, "format_version", json_integer(m->format_version));
+    json_object_set_new(root, "byte_order", json_string("little"));
+    json_object_set_new(root, "generator", json_string(m->generator ? m->generator : "k3"));
+    json_object_set_new(root, "name_prefix", json_string(m->name_prefix ? m->name_prefix : ""));
+    json_t *hashes = json_object();
+    json_object_set_new(hashes, "shard", json_string("XXH3-128"));
+    json_object_set_new(hashes, "tensor", json_string("XXH3-64"));
+    json_object_set_new(hashes, "record", json_string("XXH3-64"));
+    json_object_set_new(hashes, "file", json_string("XXH3-128"));
+    json_object_set_new(root, "hashes", hashes);
+    json_object_set(root, "config", m->config ? m->config : json_null());
+
+    json_t *ex = json_object();
+    json_object_set_new(ex, "encoding", m->experts_encoding ? json_string(k3_enc_name(m->experts_encoding)) : json_null());
+    json_object_set_new(ex, "source", json_string(m->experts_quantized ? "quantized" : "checkpoint"));
+    json_object_set_new(ex, "layout", json_string("w1,w3,w2;packed,scale"));
+    json_object_set_new(ex, "quantization", m->quant_rule ? json_string(m->quant_rule) : json_null());
+    json_object_set_new(root, "experts", ex);
+
+    json_t *files = json_array();
+    for (uint32_t i = 0; i < m->n_files; i++) {
+        json_t *f = json_object();
+        json_object_set_new(f, "name", json_string(m->files[i].name));
+        json_object_set_new(f, "size", json_integer((json_int_t)m->files[i].size));
+        json_object_set_new(f, "xxh3_128", hex128_json(m->files[i].hash));
+        json_array_append_new(files, f);
+    }
+    json_object_set_new(root, "files", files);
+
+    json_t *shards = json_array();
+    for (uint32_t i = 0; i < m->n_shards; i++) {
+        const k3_mf_shard *s = &m->shards[i];
+        json_t *o = json_object();
+        json_object_set_new(o, "name", json_string(s->name));
+        json_object_set_new(o, "kind", json_string(s->kind == K3_SHARD_TRUNK ? "trunk" : "experts"));
+        json_object_set_new(o, "layer", s->layer < 0 ? json_null() : json_integer(s->layer));
+        json_object_set_new(o, "size", json_integer((json_int_t)s->size));
+        json_object_set_new(o, "header_hash", hex64_json(s->header_hash));
+        json_object_set_new(o, "xxh3_128", hex128_json(s->hash));
+        json_array_append_new(shards, o);
+    }
+    json_object_set_new(root, "shards", shards);
+
+    json_t *tensors = json_array();
+    for (uint32_t i = 0; i < m->n_tensors; i++) {
+        const k3_mf_tensor *t = &m->tensors[i];
+        json_t *o = json_object();
+        json_object_set_new(o, "name", json_string(t->name));
+        json_object_set_new(o, "encoding", json_string(k3_enc_name(t->encoding)));
+        json_object_set_new(o, "shape", shape_json(t->ndim, t->shape));
+        json_object_set_new(o, "shard", json_string(m->shards[t->shard].name));
+        json_object_set_new(o, "offset", json_integer((json_int_t)t->offset));
+        json_object_set_new(o, "size", json_integer((json_int_t)t->size));
+        json_object_set_new(o, "xxh3_64", hex64_json(t->hash));
+        json_array_append_new(tensors, o);
+    }
+    json_object_set_new(root, "tensors", tensors);
+
+    json_t *layers = json_array();
+    for (uint32_t i = 0; i < m->n_expert_layers; i++) {
+        const k3_mf_experts *x = &m->expert_layers[i];
+        json_t *o = json_object();
+        json_object_set_new(o, "layer", json_integer(x->layer));
+        json_object_set_new(o, "shard", json_string(m->shards[x->shard].name));
+        json_object_set_new(o, "count", json_integer((json_int_t)x->count));
+        json_object_set_new(o, "offset", json_integer((json_int_t)x->offset));
+        json_object_set_new(o, "stride", json_integer((json_int_t)x->stride));
+        json_object_set_new(o, "record_size", json_integer((json_int_t)x->record_size));
+        json_t *parts = json_array();
+        for (uint32_t p = 0; p < x->n_parts; p++) {
+            const k3_mf_part *pt = &x->parts[p];
+            json_t *po = json_object();
+            json_object_set_new(po, "name", json_string(pt->name));
+            json_object_set_new(po, "encoding", json_string(k3_enc_name(pt->encoding)));
+            json_object_set_new(po, "shape", shape_json(pt->ndim, pt->shape));
+            json_object_set_new(po, "offset", json_integer((json_int_t)pt->offset));
+            json_object_set_new(po, "size", json_integer((json_int_t)pt->size));
+            json_array_append_new(parts, po);
+        }
+        json_object_set_new(o, "parts", parts);
+        json_t *hs = json_array();
+        for (uint64_t e = 0; e < x->count; e++) json_array_append_new(hs, hex64_json(x->hashes[e]));
+        json_object_set_new(o, "xxh3_64", hs);
+        json_array_append_new(layers, o);
+    }
+    json_object_set_new(root, "expert_layers", layers);
+
+    json_t *skipped = json_array();
+    for (uint32_t i = 0; i < m->n_skipped; i++) {
+        json_t *o = json_object();
+        json_object_set_new(o, "name", json_string(m->skipped[i].name));
+        json_object_set_new(o, "reason", json_string(m->skipped[i].reason));
+        json_array_append_new(skipped, o);
+    }
+    json_object_set_new(root, "skipped", skipped);
+
+    char *s = json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+    json_decref(root);
+    if (!s) return k3_fail(d, K3_ERR_NOMEM, "cannot serialise the manifest (invalid UTF-8 in a name?)");
+    size_t n = strlen(s);
+    char *out = malloc(n + 2);                   /* text + '\n' + NUL */
+    if (!out) { free(s); return k3_fail(d, K3_ERR_NOMEM, "out of memory"); }
+    memcpy(out, s, n);
+    out[n] = '\n';
+    out[n + 1] = '\0';
+    free(s);
+    *text = out;
+    *len = n + 1;
+    return K3_OK;
+}
+
+/* ------------------------------------------------------------------ reader */
+
+typedef struct jctx {
+    const char *path;
+    k3_diag *d;
+} jctx;
+
+#define JBAD(c, ...) (k3_fail((c)->d, K3_ERR_FORMAT, __VA_ARGS__), k3_diag_wrap((c)->d, "'%s'", (c)->path))
+
+static k3_err get_u64(jctx *c, json_t *o, const char *key, const char *where, uint64_t *out)
+{
+    json_t *v = json_object_get(o, key);
+    if (!json_is_integer(v) || json_integer_value(v) < 0)
+        return JBAD(c, "%s.%s: expected a non-negative integer", where, key);
+    *out = (uint64_t)json_integer_value(v);
+    return K3_OK;
+}
+
+static k3_err get_str(jctx *c, json_t *o, const char *key, const char *where, char **out)
+{
+    json_t *v = json_object_get(o, key);
+    if (!json_is_string(v)) return JBAD(c, "%s.%s: expected a string", where, key);
+    *out = strdup(json_string_value(v));
+    if (!*out) return k3_fail(c->d, K3_ERR_NOMEM, "out of memory");
+    return K3_OK;
+}
+
+static k3_err get_hex64(jctx *c, json_t *v, const char *where, uint64_t *out)
+{
+    if (!json_is_string(v) || k3_parse_hex64(json_string_value(v), out))
+        return JBAD(c, "%s: expected 16 lowercase hex digits", where);
+    return K3_OK;
+}
+
+static k3_err get_shape(jctx *c, json_t *o, const char *where, int *ndim, uint64_t *shape)
+{
+    json_t *a = json_object_get(o, "shape");
+    if (!json_is_array(a) || json_array_size(a) > K3_SHARD_MAX_DIMS)
+        return JBAD(c, "%s.shape: expected an array of at most %d integers", where, K3_SHARD_MAX_DIMS);
+    *ndim = (int)json_array_size(a);
+    for (int i = 0; i < *ndim; i++) {
+        json_t *v = json_array_get(a, (size_t)i);
+        if (!json_is_integer(v) || json_integer_value(v) < 0)
+            return JBAD(c, "%s.shape[%d]: expected a non-negative integer", where, i);
+        shape[i] = (uint64_t)json_integer_value(v);
+    }
+    return K3_OK;
+}
+
+static k3_err get_enc(jctx *c, json_t *o, const char *where, int *enc)
+{
+    json_t *v = json_object_get(o, "encoding");
+    *enc = json_is_string(v) ? k3_enc_from_name(json_string_value(v)) : 0;
+    if (!*enc) return JBAD(c, "%s.encoding: unknown encoding", where);
+    return K3_OK;
+}
+
+static k3_err get_array(jctx *c, json_t *root, const char *key, json_t **out, uint32_t *n)
+{
+    *out = json_object_get(root, key);
+    if (!json_is_array(*out)) return JBAD(c, "'%s': expected an array", key);
+    *n = (uint32_t)json_array_size(*out);
+    return K3_OK;
+}
+
+static int shard_ref(const k3_manifest *m, json_t *o, uint32_t *out)
+{
+    json_t *v = json_object_get(o, "shard");
+    if (!json_is_string(v)) return -1;
+    int i = k3_manifest_shard_index(m, json_string_value(v));
+    if (i < 0) return -1;
+    *out = (uint32_t)i;
+    return 0;
+}
+
+int k3_manifest_shard_index(const k3_manifest *m, const char *name)
+{
+    for (uint32_t i = 0; i < m->n_shards; i++)
+        if (strcmp(m->shards[i].name, name) == 0) return (int)i;
+    return -1;
+}
+
+/* shard and file names are plain names: no '/', not "." or "..", no leading '.' */
+static int plain_name(const char *s)
+{
+    return s[0] && s[0] != '.' && !strchr(s, '/');
+}
+
+k3_err k3_manifest_parse(const char *text, size_t len, const char *path, k3_manifest *m, k3_diag *d)
+{
+    memset(m, 0, sizeof *m);
+    jctx c = {path, d};
+    json_error_t je;
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    if (!root)
+        return k3_fail(d, K3_ERR_FORMAT, "'%s': invalid JSON at line %d, column %d: %s", path, je.line, je.column, je.text);
+    k3_err e = K3_OK;
+    char where[96];
+    json_t *arr, *v;
+    if (!json_is_object(root)) { e = JBAD(&c, "not a JSON object"); goto out; }
+    v = json_object_get(root, "format");
+    if (!json_is_string(v) || strcmp(json_string_value(v), "k3-pack")) {
+        e = JBAD(&c, "'format' is not \"k3-pack\": not a k3 pack manifest");
+        goto out;
+    }
+    v = json_object_get(root, "format_version");
+    if (!json_is_integer(v)) { e = JBAD(&c, "'format_version' is missing or not an integer"); goto out; }
+    if (json_integer_value(v) != K3_PACK_VERSION) {
+        e = k3_fail(d, K3_ERR_UNSUPPORTED, "'%s': pack format version %lld is not supported by this k3 (%d)",
+                    path, (long long)json_integer_value(v), K3_PACK_VERSION);
+        goto out;
+    }
+    m->format_version = K3_PACK_VERSION;
+    v = json_object_get(root, "byte_order");
+    if (!json_is_string(v) || strcmp(json_string_value(v), "little")) {
+        e = JBAD(&c, "'byte_order' is not \"little\"");
+        goto out;
+    }
+    if ((e = get_str(&c, root, "generator", "manifest", &m->generator))) goto out;
+    if ((e = get_str(&c, root, "name_prefix", "manifest", &m->name_prefix))) goto out;
+    m->config = json_object_get(root, "config");
+    if (!json_is_object(m->config)) { m->config = NULL; e = JBAD(&c, "'config' is not an object"); goto out; }
+    json_incref(m->config);
+
+    json_t *ex = json_object_get(root, "experts");
+    if (!json_is_object(ex)) { e = JBAD(&c, "'experts' is not an object"); goto out; }
+    v = json_object_get(ex, "encoding");
+    if (!json_is_null(v)) {
+        m->experts_encoding = json_is_string(v) ? k3_enc_from_name(json_string_value(v)) : 0;
+        if (m->experts_encoding != K3_ENC_MXFP4 && m->experts_encoding != K3_ENC_BF16) {
+            e = JBAD(&c, "experts.encoding: expected \"MXFP4\", \"BF16\" or null");
+            goto out;
+        }
+    }
+    v = json_object_get(ex, "source");
+    if (!json_is_string(v) || (strcmp(json_string_value(v), "checkpoint") && strcmp(json_string_value(v), "quantized"))) {
+        e = JBAD(&c, "experts.source: expected \"checkpoint\" or \"quantized\"");
+        goto out;
+    }
+    m->experts_quantized = !strcmp(json_string_value(v), "quantized");
+    v = json_object_get(ex, "layout");
+    if (!json_is_string(v) || strcmp(json_string_value(v), "w1,w3,w2;packed,scale")) {
+        e = JBAD(&c, "experts.layout: unknown record layout");
+        goto out;
+    }
+    v = json_object_get(ex, "quantization");
+    if (json_is_string(v)) m->quant_rule = strdup(json_string_value(v));
+
+    if ((e = get_array(&c, root, "files", &arr, &m->n_files))) goto out;
+    m->files = calloc(m->n_files + 1, sizeof *m->files);
+    for (uint32_t i = 0; i < m->n_files; i++) {
+        json_t *o = json_array_get(arr, i);
+        snprintf(where, sizeof where, "files[%u]", i);
+        if (!json_is_object(o)) { e = JBAD(&c, "%s: expected an object", where); goto out; }
+        if ((e = get_str(&c, o, "name", where, &m->files[i].name)) ||
+            (e = get_u64(&c, o, "size", where, &m->files[i].size))) goto out;
+        if (!plain_name(m->files[i].name)) { e = JBAD(&c, "%s.name: not a plain file name", where); goto out; }
+        v = json_object_get(o, "xxh3_128");
+        if (!json_is_string(v) || k3_parse_hex128(json_string_value(v), &m->files[i].hash)) {
+            e = JBAD(&c, "%s.xxh3_128: expected 32 lowercase hex digits", where);
+            goto out;
+        }
+    }
+
+    if ((e = get_array(&c, root, "shards", &arr, &m->n_shards))) goto out;
+    m->shards = calloc(m->n_shards + 1, sizeof *m->shards);
+    for (uint32_t i = 0; i < m->n_shards; i++) {
+        json_t *o = json_array_get(arr, i);
+        k3_mf_shard *s = &m->shards[i];
+        snprintf(where, sizeof where, "shards[%u]", i);
+        if (!json_is_object(o)) { e = JBAD(&c, "%s: expected an object", where); goto out; }
+        if ((e = get_str(&c, o, "name", where, &s->name)) || (e = get_u64(&c, o, "size", where, &s->size)) ||
+            (e = get_hex64(&c, json_object_get(o, "header_hash"), where, &s->header_hash))) goto out;
+        if (!plain_name(s->name)) { e = JBAD(&c, "%s.name: not a plain file name", where); goto out; }
+        if (k3_manifest_shard_index(m, s->name) != (int)i) { e = JBAD(&c, "%s: shard '%s' listed twice", where, s->name); goto out; }
+        v = json_object_get(o, "kind");
+        s->kind = !json_is_string(v) ? 0 : !strcmp(json_string_value(v), "trunk") ? K3_SHARD_TRUNK
+                : !strcmp(json_string_value(v), "experts") ? K3_SHARD_EXPERTS : 0;
+        if (!s->kind) { e = JBAD(&c, "%s.kind: expected \"trunk\" or \"experts\"", where); goto out; }
+        v = json_object_get(o, "layer");
+        if (json_is_null(v)) s->layer = -1;
+        else if (json_is_integer(v) && json_integer_value(v) >= 0 && json_integer_value(v) < (1 << 20)) s->layer = json_integer_value(v);
+        else { e = JBAD(&c, "%s.layer: expected a layer number or null", where); goto out; }
+        v = json_object_get(o, "xxh3_128");
+        if (!json_is_string(v) || k3_parse_hex128(json_string_value(v), &s->hash)) {
+            e = JBAD(&c, "%s.xxh3_128: expected 32 lowercase hex digits", where);
+            goto out;
+        }
+    }
+
+    if ((e = get_array(&c, root, "tensors", &arr, &m->n_tensors))) goto out;
+    m->tensors = calloc(m->n_tensors + 1, sizeof *m->tensors);
+    for (uint32_t i = 0; i < m->n_tensors; i++) {
+        json_t *o = json_array_get(arr, i);
+        k3_mf_tensor *t = &m->tensors[i];
+        snprintf(where, sizeof where, "tensors[%u]", i);
+        if (!json_is_object(o)) { e = JBAD(&c, "%s: expected an object", where); goto out; }
+        if ((e = get_str(&c, o, "name", where, &t->name)) || (e = get_enc(&c, o, where, &t->encoding)) ||
+            (e = get_shape(&c, o, where, &t->ndim, t->shape)) || (e = get_u64(&c, o, "offset", where, &t->offset)) ||
+            (e = get_u64(&c, o, "size", where, &t->size)) ||
+            (e = get_hex64(&c, json_object_get(o, "xxh3_64"), where, &t->hash))) goto out;
+        if (shard_ref(m, o, &t->shard) || m->shards[t->shard].kind != K3_SHARD_TRUNK) {
+            e = JBAD(&c, "%s.shard: not a trunk shard listed in 'shards'", where);
+            goto out;
+        }
+    }
+
+    if ((e = get_array(&c, root, "expert_layers", &arr, &m->n_expert_layers))) goto out;
+    m->expert_layers = calloc(m->n_expert_layers + 1, sizeof *m->expert_layers);
+    for (uint32_t i = 0; i < m->n_expert_layers; i++) {
+        json_t *o = json_array_get(arr, i);
+        k3_mf_experts *x = &m->expert_layers[i];
+        uint64_t layer;
+        snprintf(where, sizeof where, "expert_layers[%u]", i);
+        if (!json_is_object(o)) { e = JBAD(&c, "%s: expected an object", where); goto out; }
+        if ((e = get_u64(&c, o, "layer", where, &layer)) || (e = get_u64(&c, o, "count", where, &x->count)) ||
+            (e = get_u64(&c, o, "offset", where, &x->offset)) || (e = get_u64(&c, o, "stride", where, &x->stride)) ||
+            (e = get_u64(&c, o, "record_size", where, &x->record_size))) goto out;
+        x->layer = (uint32_t)layer;
+        if (shard_ref(m, o, &x->shard) || m->shards[x->shard].kind != K3_SHARD_EXPERTS) {
+            e = JBAD(&c, "%s.shard: not an expert shard listed in 'shards'", where);
+            goto out;
+        }
+        json_t *parts = json_object_get(o, "parts");
+        if (!json_is_array(parts) || json_array_size(parts) == 0 || json_array_size(parts) > K3_MAX_RECORD_PARTS) {
+            e = JBAD(&c, "%s.parts: expected 1 to %d parts", where, K3_MAX_RECORD_PARTS);
+            goto out;
+        }
+        x->n_parts = (uint32_t)json_array_size(parts);
+        for (uint32_t p = 0; p < x->n_parts; p++) {
+            json_t *po = json_array_get(parts, p);
+            k3_mf_part *pt = &x->parts[p];
+            char pw[128];
+            snprintf(pw, sizeof pw, "%s.parts[%u]", where, p);
+            if (!json_is_object(po)) { e = JBAD(&c, "%s: expected an object", pw); goto out; }
+            if ((e = get_str(&c, po, "name", pw, &pt->name)) || (e = get_enc(&c, po, pw, &pt->encoding)) ||
+                (e = get_shape(&c, po, pw, &pt->ndim, pt->shape)) || (e = get_u64(&c, po, "offset", pw, &pt->offset)) ||
+                (e = get_u64(&c, po, "size", pw, &pt->size))) goto out;
+        }
+        json_t *hs = json_object_get(o, "xxh3_64");
+        if (!json_is_array(hs) || json_array_size(hs) != x->count) {
+            e = JBAD(&c, "%s.xxh3_64: expected %llu record hashes", where, (unsigned long long)x->count);
+            goto out;
+        }
+        if (x->count > (1u << 24)) { e = JBAD(&c, "%s.count: too many records", where); goto out; }
+        x->hashes = malloc((x->count + 1) * sizeof *x->hashes);      /* [count] */
+        if (!x->hashes) { e = k3_fail(d, K3_ERR_NOMEM, "out of memory"); goto out; }
+        for (uint64_t r = 0; r < x->count; r++) {
+            char hw[128];
+            snprintf(hw, sizeof hw, "%s.xxh3_64[%llu]", where, (unsigned long long)r);
+            if ((e = get_hex64(&c, json_array_get(hs, r), hw, &x->hashes[r]))) goto out;
+        }
+    }
+
+    if ((e = get_array(&c, root, "skipped", &arr, &m->n_skipped))) goto out;
+    m->skipped = calloc(m->n_skipped + 1, sizeof *m->skipped);
+    for (uint32_t i = 0; i < m->n_skipped; i++) {
+        json_t *o = json_array_get(arr, i);
+        snprintf(where, sizeof where, "skipped[%u]", i);
+        if (!json_is_object(o)) { e = JBAD(&c, "%s: expected an object", where); goto out; }
+        if ((e = get_str(&c, o, "name", where, &m->skipped[i].name)) ||
+            (e = get_str(&c, o, "reason", where, &m->skipped[i].reason))) goto out;
+    }
+out:
+    json_decref(root);
+    if (e) k3_manifest_free(m);
+    return e;
+}
+
+k3_err k3_manifest_load(const char *dir, k3_manifest *m, k3_diag *d)
+{
+    char path[4096];
+    k3_err e = k3_path_join(path, sizeof path, dir, K3_MANIFEST_NAME, d);
+    if (e) return e;
+    char *text;
+    size_t len;
+    e = k3_read_file(path, K3_MANIFEST_MAX, &text, &len, d);
+    if (e == K3_ERR_NOT_FOUND)
+        return k3_fail(d, K3_ERR_FORMAT, "'%s' has no manifest.json: not a pack, or an unfinished one "
+                       "(rerun k3pack to finish it)", dir);
+    if (e) return e;
+    e = k3_manifest_parse(text, len, path, m, d);
+    free(text);
+    return e;
+}
+
+void k3_manifest_free(k3_manifest *m)
+{
+    free(m->generator);
+    free(m->name_prefix);
+    free(m->quant_rule);
+    if (m->config) json_decref(m->config);
+    for (uint32_t i = 0; m->files && i < m->n_files; i++) free(m->files[i].name);
+    for (uint32_t i = 0; m->shards && i < m->n_shards; i++) free(m->shards[i].name);
+    for (uint32_t i = 0; m->tensors && i < m->n_tensors; i++) free(m->tensors[i].name);
+    for (uint32_t i = 0; m->expert_layers && i < m->n_expert_layers; i++) {
+        for (uint32_t p = 0; p < K3_MAX_RECORD_PARTS; p++) free(m->expert_layers[i].parts[p].name);
+        free(m->expert_layers[i].hashes);
+    }
+    for (uint32_t i = 0; m->skipped && i < m->n_skipped; i++) {
+        free(m->skipped[i].name);
+        free(m->skipped[i].reason);
+    }
+    free(m->files);
+    free(m->shards);
+    free(m->tensors);
+    free(m->expert_layers);
+    free(m->skipped);
+    memset(m, 0, sizeof *m);
+}

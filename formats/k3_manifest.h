@@ -1,0 +1,96 @@
+/*
+ * k3_manifest.h - the pack's manifest.json (docs/FORMAT.md section 5):
+ * in-memory form, writer and strict reader.
+ */
+#ifndef K3_MANIFEST_H
+#define K3_MANIFEST_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "k3_error.h"
+#include "k3_hash.h"
+#include "k3_shard.h"
+
+#define K3_MANIFEST_NAME "manifest.json"
+#define K3_MANIFEST_MAX (1u << 30)     /* refuse larger manifests */
+#define K3_MAX_RECORD_PARTS 8
+
+typedef struct k3_mf_file {
+    char *name;
+    uint64_t size;
+    k3_h128 hash;
+} k3_mf_file;
+
+typedef struct k3_mf_shard {
+    char *name;
+    uint32_t kind;          /* K3_SHARD_TRUNK / K3_SHARD_EXPERTS */
+    int64_t layer;          /* -1 = none (embed, head) */
+    uint64_t size;
+    uint64_t header_hash;
+    k3_h128 hash;
+} k3_mf_shard;
+
+typedef struct k3_mf_tensor {
+    char *name;
+    int encoding;
+    int ndim;
+    uint64_t shape[K3_SHARD_MAX_DIMS];
+    uint32_t shard;         /* index into shards */
+    uint64_t offset, size;
+    uint64_t hash;          /* XXH3-64 */
+} k3_mf_tensor;
+
+typedef struct k3_mf_part {
+    char *name;             /* e.g. "w1.weight_packed" */
+    int encoding;
+    int ndim;
+    uint64_t shape[K3_SHARD_MAX_DIMS];
+    uint64_t offset, size;  /* inside the record */
+} k3_mf_part;
+
+typedef struct k3_mf_experts {
+    uint32_t layer;
+    uint32_t shard;         /* index into shards */
+    uint64_t count, offset, stride, record_size;
+    uint32_t n_parts;
+    k3_mf_part parts[K3_MAX_RECORD_PARTS];
+    uint64_t *hashes;       /* [count] XXH3-64 per record */
+} k3_mf_experts;
+
+typedef struct k3_mf_skipped {
+    char *name;
+    char *reason;
+} k3_mf_skipped;
+
+typedef struct k3_manifest {
+    int format_version;
+    char *generator;
+    char *name_prefix;
+    json_t *config;                 /* owned reference: config.json verbatim */
+    int experts_encoding;           /* K3_ENC_MXFP4 or K3_ENC_BF16; 0 = no experts */
+    int experts_quantized;          /* 1 = quantized from BF16 by k3pack */
+    char *quant_rule;               /* NULL or "ocp-floor-rne-sat" */
+    uint32_t n_files, n_shards, n_tensors, n_expert_layers, n_skipped;
+    k3_mf_file *files;
+    k3_mf_shard *shards;
+    k3_mf_tensor *tensors;
+    k3_mf_experts *expert_layers;
+    k3_mf_skipped *skipped;
+} k3_manifest;
+
+/* Serialise to JSON text (malloc'd, NUL-terminated, ends with a newline). */
+k3_err k3_manifest_dump(const k3_manifest *m, char **text, size_t *len, k3_diag *d);
+
+/* Parse and validate manifest text; path is used in messages. */
+k3_err k3_manifest_parse(const char *text, size_t len, const char *path, k3_manifest *m, k3_diag *d);
+
+/* Read <dir>/manifest.json. A missing file says the pack is unfinished. */
+k3_err k3_manifest_load(const char *dir, k3_manifest *m, k3_diag *d);
+
+void k3_manifest_free(k3_manifest *m);
+
+/* Index of a shard by name, or -1. */
+int k3_manifest_shard_index(const k3_manifest *m, const char *name);
+
+#endif
