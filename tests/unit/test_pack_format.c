@@ -1,0 +1,243 @@
+/*
+ * test_pack_format.c - the shard header codec and the manifest reader:
+ * layout arithmetic worked out by hand, a round trip, and one damaged
+ * header per rule of docs/FORMAT.md section 8.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "k3_checked.h"
+#include "k3_hash.h"
+#include "k3_manifest.h"
+#include "k3_shard.h"
+#include "k3_test.h"
+
+static void build_trunk(k3_shard_header *h)
+{
+    k3_diag d;
+    uint64_t s1[2] = {3, 5}, s2[1] = {7}, s3[3] = {12, 1, 4};
+    k3_shard_init(h, K3_SHARD_TRUNK, 2, 0);
+    REQUIRE(k3_shard_add(h, "model.layers.2.a.weight", K3_ENC_BF16, 2, s1, &d) == K3_OK);
+    REQUIRE(k3_shard_add(h, "model.layers.2.b", K3_ENC_F32, 1, s2, &d) == K3_OK);
+    REQUIRE(k3_shard_add(h, "model.layers.2.conv", K3_ENC_F32, 3, s3, &d) == K3_OK);
+    REQUIRE(k3_shard_layout(h, &d) == K3_OK);
+}
+
+/* re-encode after a patch so the header hash is right, to reach later rules */
+static void rehash(uint8_t *b, size_t n)
+{
+    k3_st64(b + 120, 0);
+    k3_st64(b + 120, k3_xxh3_64(b, n));
+}
+
+static void expect_bad(const uint8_t *img, size_t n, uint64_t fsize, k3_err want, const char *substr)
+{
+    k3_shard_header h;
+    k3_diag d = {0};
+    k3_err e = k3_shard_decode(img, n, fsize, "x.k3s", &h, &d);
+    CHECK_MSG(e == want, "expected error %d (%s), got %d: %s", want, substr, e, d.msg);
+    CHECK_MSG(e == K3_OK || strstr(d.msg, substr) != NULL, "message '%s' lacks '%s'", d.msg, substr);
+    if (e == K3_OK) k3_shard_header_free(&h);
+}
+
+static void test_trunk(void)
+{
+    k3_shard_header h;
+    build_trunk(&h);
+    /* by hand: header 128 + 3*64 + names (23+16+19=58) = 378 -> data at 4096;
+       a: 3*5*2 = 30 B at 4096; b: 28 B at 8192; conv: 48*4 = 192 B at 12288; end 12480 -> 16384 */
+    CHECK_EQ_U64(h.names_size, 58);
+    CHECK_EQ_U64(h.data_offset, 4096);
+    CHECK_EQ_U64(h.entries[0].offset, 4096);
+    CHECK_EQ_U64(h.entries[0].size, 30);
+    CHECK_EQ_U64(h.entries[1].offset, 8192);
+    CHECK_EQ_U64(h.entries[2].offset, 12288);
+    CHECK_EQ_U64(h.entries[2].size, 192);
+    CHECK_EQ_U64(h.file_size, 16384);
+    uint8_t *img;
+    size_t n;
+    k3_diag d;
+    REQUIRE(k3_shard_encode(&h, &img, &n, &d) == K3_OK);
+    CHECK_EQ_U64(n, 4096);
+    CHECK(!memcmp(img, "K3SHARD\0", 8) && img[12] == 4 && img[15] == 1);
+
+    k3_shard_header r;
+    REQUIRE(k3_shard_decode(img, n, 16384, "x.k3s", &r, &d) == K3_OK);
+    CHECK_EQ_U64(r.n_entries, 3);
+    const k3_shard_entry *e = k3_shard_find(&r, "model.layers.2.conv");
+    REQUIRE(e);
+    CHECK(e->ndim == 3 && e->shape[0] == 12 && e->shape[2] == 4 && e->encoding == K3_ENC_F32 && e->offset == 12288);
+    CHECK(k3_shard_find(&r, "model.layers.2") == NULL);
+    CHECK_EQ_U64(r.layer, 2);
+    k3_shard_header_free(&r);
+
+    uint8_t *bad = malloc(n);
+    REQUIRE(bad);
+#define MUTATE(stmt, fix_hash, fsize, want, substr) do { \
+        memcpy(bad, img, n); \
+        stmt; \
+        if (fix_hash) rehash(bad, n); \
+        expect_bad(bad, n, fsize, want, substr); \
+    } while (0)
+    MUTATE(bad[0] = 'X', 0, 16384, K3_ERR_FORMAT, "bad magic");
+    MUTATE(k3_st32(bad + 8, 2), 0, 16384, K3_ERR_UNSUPPORTED, "version 2");
+    MUTATE(k3_st32(bad + 12, 0x04030201), 0, 16384, K3_ERR_FORMAT, "byte-order");
+    MUTATE(k3_st32(bad + 16, 3), 1, 16384, K3_ERR_FORMAT, "unknown shard kind");
+    MUTATE(k3_st32(bad + 20, 100), 1, 16384, K3_ERR_FORMAT, "alignment");
+    MUTATE(bad[100] = 1, 1, 16384, K3_ERR_FORMAT, "reserved header bytes");
+    MUTATE((void)0, 0, 16000, K3_ERR_FORMAT, "truncated or extended");
+    MUTATE(bad[300] ^= 1, 0, 16384, K3_ERR_CORRUPT, "header hash mismatch");
+    MUTATE(bad[128 + 24] = 99, 1, 16384, K3_ERR_FORMAT, "unknown encoding");
+    MUTATE(bad[128 + 26] = 1, 1, 16384, K3_ERR_FORMAT, "reserved bytes are not zero");
+    MUTATE(bad[128 + 25] = 5, 1, 16384, K3_ERR_FORMAT, "dimensions");
+    MUTATE(k3_st64(bad + 128 + 32 + 16, 9), 1, 16384, K3_ERR_FORMAT, "unused shape slot");
+    MUTATE(k3_st64(bad + 128 + 8, 31), 1, 16384, K3_ERR_FORMAT, "does not match its shape");
+    MUTATE(k3_st64(bad + 128 + 64, 4100), 1, 16384, K3_ERR_FORMAT, "not aligned");
+    MUTATE(k3_st64(bad + 128 + 64, 4096), 1, 16384, K3_ERR_FORMAT, "overlaps");
+    MUTATE(k3_st64(bad + 128 + 128, 16384), 1, 16384, K3_ERR_FORMAT, "past the end");
+    MUTATE(k3_st32(bad + 128 + 20, 5000), 1, 16384, K3_ERR_FORMAT, "outside the name blob");
+    MUTATE(bad[128 + 3 * 64] = 0xff, 1, 16384, K3_ERR_FORMAT, "not valid UTF-8");
+    /* two entries with the same name: point b's name at a's (same length needed) */
+    MUTATE((k3_st32(bad + 128 + 64 + 16, 0), k3_st32(bad + 128 + 64 + 20, 23)), 1, 16384, K3_ERR_FORMAT, "two entries are named");
+    MUTATE(bad[n - 1] = 7, 1, 16384, K3_ERR_FORMAT, "padding before the data region");
+    MUTATE(k3_st64(bad + 40, 8192), 1, 16384, K3_ERR_FORMAT, "data_offset is 8192");
+    free(bad);
+    free(img);
+    k3_shard_header_free(&h);
+}
+
+static void test_experts(void)
+{
+    /* a K3-sized record: w1/w3 [3072, 3584] MXFP4 + [3072, 112] E8M0, w2 [3584, 3072] + [3584, 96] */
+    k3_shard_header h;
+    k3_diag d;
+    k3_shard_init(&h, K3_SHARD_EXPERTS, 1, 896);
+    uint64_t w13[2] = {3072, 3584}, s13[2] = {3072, 112}, w2[2] = {3584, 3072}, s2[2] = {3584, 96};
+    REQUIRE(!k3_shard_add(&h, "w1.weight_packed", K3_ENC_MXFP4, 2, w13, &d));
+    REQUIRE(!k3_shard_add(&h, "w1.weight_scale", K3_ENC_E8M0, 2, s13, &d));
+    REQUIRE(!k3_shard_add(&h, "w3.weight_packed", K3_ENC_MXFP4, 2, w13, &d));
+    REQUIRE(!k3_shard_add(&h, "w3.weight_scale", K3_ENC_E8M0, 2, s13, &d));
+    REQUIRE(!k3_shard_add(&h, "w2.weight_packed", K3_ENC_MXFP4, 2, w2, &d));
+    REQUIRE(!k3_shard_add(&h, "w2.weight_scale", K3_ENC_E8M0, 2, s2, &d));
+    REQUIRE(!k3_shard_layout(&h, &d));
+    /* DESIGN/FORMAT numbers: 5,505,024 + 344,064 per matrix, record 17,547,264 = 4284 pages */
+    CHECK_EQ_U64(h.entries[0].size, 5505024);
+    CHECK_EQ_U64(h.entries[1].size, 344064);
+    CHECK_EQ_U64(h.entries[4].offset, 2 * (5505024 + 344064));
+    CHECK_EQ_U64(h.record_size, 17547264);
+    CHECK_EQ_U64(h.record_stride, 17547264);
+    CHECK_EQ_U64(h.file_size, 4096 + 896ull * 17547264);
+    uint8_t *img;
+    size_t n;
+    REQUIRE(!k3_shard_encode(&h, &img, &n, &d));
+    k3_shard_header r;
+    REQUIRE(k3_shard_decode(img, n, h.file_size, "e.k3s", &r, &d) == K3_OK);
+    CHECK_EQ_U64(r.n_records, 896);
+    k3_shard_header_free(&r);
+    uint8_t *bad = malloc(n);
+    REQUIRE(bad);
+    MUTATE(k3_st64(bad + 64, 17547265), 1, h.file_size, K3_ERR_FORMAT, "record_size");
+    MUTATE(k3_st64(bad + 72, 17551360), 1, h.file_size, K3_ERR_FORMAT, "record_stride");
+    MUTATE(k3_st64(bad + 56, 895), 1, h.file_size, K3_ERR_FORMAT, "do not fill the file");
+    MUTATE(k3_st64(bad + 128 + 64, 8), 1, h.file_size, K3_ERR_FORMAT, "misaligned or overlaps");
+    free(bad);
+    free(img);
+    k3_shard_header_free(&h);
+    /* odd number of 4-bit elements cannot be stored */
+    uint64_t odd[1] = {3};
+    uint64_t bytes;
+    CHECK(k3_enc_size(K3_ENC_MXFP4, 1, odd, &bytes, &d) == K3_ERR_FORMAT);
+    uint64_t huge[2] = {1ull << 40, 1ull << 40};
+    CHECK(k3_enc_size(K3_ENC_F32, 2, huge, &bytes, &d) == K3_ERR_FORMAT);
+}
+
+static const char *good_manifest =
+    "{\"format\":\"k3-pack\",\"format_version\":1,\"byte_order\":\"little\",\"generator\":\"t\","
+    "\"name_prefix\":\"language_model.\",\"hashes\":{},\"config\":{\"a\":1},"
+    "\"experts\":{\"encoding\":\"MXFP4\",\"source\":\"checkpoint\",\"layout\":\"w1,w3,w2;packed,scale\",\"quantization\":null},"
+    "\"files\":[{\"name\":\"tiktoken.model\",\"size\":3,\"xxh3_128\":\"0123456789abcdef0123456789abcdef\"}],"
+    "\"shards\":[{\"name\":\"trunk-embed.k3s\",\"kind\":\"trunk\",\"layer\":null,\"size\":8192,"
+    "\"header_hash\":\"0123456789abcdef\",\"xxh3_128\":\"0123456789abcdef0123456789abcdef\"},"
+    "{\"name\":\"experts-layer-001.k3s\",\"kind\":\"experts\",\"layer\":1,\"size\":12288,"
+    "\"header_hash\":\"0123456789abcdef\",\"xxh3_128\":\"0123456789abcdef0123456789abcdef\"}],"
+    "\"tensors\":[{\"name\":\"model.embed_tokens.weight\",\"encoding\":\"BF16\",\"shape\":[4,8],"
+    "\"shard\":\"trunk-embed.k3s\",\"offset\":4096,\"size\":64,\"xxh3_64\":\"0000000000000001\"}],"
+    "\"expert_layers\":[{\"layer\":1,\"shard\":\"experts-layer-001.k3s\",\"count\":2,\"offset\":4096,"
+    "\"stride\":4096,\"record_size\":80,\"parts\":[{\"name\":\"w1.weight_packed\",\"encoding\":\"MXFP4\","
+    "\"shape\":[2,64],\"offset\":0,\"size\":64},{\"name\":\"w1.weight_scale\",\"encoding\":\"E8M0\","
+    "\"shape\":[2,2],\"offset\":64,\"size\":4}],\"xxh3_64\":[\"0000000000000002\",\"0000000000000003\"]}],"
+    "\"skipped\":[{\"name\":\"vision_tower.x\",\"reason\":\"vision\"}]}";
+
+static char *replace(const char *s, const char *from, const char *to)
+{
+    const char *p = strstr(s, from);
+    REQUIRE(p);
+    size_t a = (size_t)(p - s), fl = strlen(from), tl = strlen(to), n = strlen(s);
+    char *r = malloc(n - fl + tl + 1);
+    REQUIRE(r);
+    memcpy(r, s, a);
+    memcpy(r + a, to, tl);
+    memcpy(r + a + tl, p + fl, n - a - fl + 1);
+    return r;
+}
+
+static void manifest_bad(const char *from, const char *to, k3_err want, const char *substr)
+{
+    char *t = replace(good_manifest, from, to);
+    k3_manifest m;
+    k3_diag d = {0};
+    k3_err e = k3_manifest_parse(t, strlen(t), "p/manifest.json", &m, &d);
+    CHECK_MSG(e == want, "'%s' -> '%s': expected %d, got %d (%s)", from, to, want, e, d.msg);
+    CHECK_MSG(e == K3_OK || strstr(d.msg, substr), "message '%s' lacks '%s'", d.msg, substr);
+    if (e == K3_OK) k3_manifest_free(&m);
+    free(t);
+}
+
+static void test_manifest(void)
+{
+    k3_manifest m;
+    k3_diag d;
+    REQUIRE(k3_manifest_parse(good_manifest, strlen(good_manifest), "p/manifest.json", &m, &d) == K3_OK);
+    CHECK(m.n_shards == 2 && m.n_tensors == 1 && m.n_expert_layers == 1 && m.n_files == 1 && m.n_skipped == 1);
+    CHECK(m.shards[0].layer == -1 && m.shards[1].layer == 1 && m.shards[1].kind == K3_SHARD_EXPERTS);
+    CHECK(m.expert_layers[0].hashes[1] == 3 && m.expert_layers[0].parts[1].encoding == K3_ENC_E8M0);
+    CHECK(m.tensors[0].shape[1] == 8 && m.tensors[0].shard == 0 && m.tensors[0].hash == 1);
+    CHECK(m.experts_encoding == K3_ENC_MXFP4 && !m.experts_quantized);
+    /* dump and parse again: same content */
+    char *text;
+    size_t len;
+    REQUIRE(k3_manifest_dump(&m, &text, &len, &d) == K3_OK);
+    k3_manifest m2;
+    REQUIRE(k3_manifest_parse(text, len, "again", &m2, &d) == K3_OK);
+    CHECK(m2.n_shards == 2 && m2.expert_layers[0].hashes[0] == 2 && !strcmp(m2.name_prefix, "language_model."));
+    char *text2;
+    size_t len2;
+    REQUIRE(k3_manifest_dump(&m2, &text2, &len2, &d) == K3_OK);
+    CHECK(len == len2 && !memcmp(text, text2, len));
+    free(text);
+    free(text2);
+    k3_manifest_free(&m2);
+    k3_manifest_free(&m);
+
+    manifest_bad("\"format_version\":1", "\"format_version\":2", K3_ERR_UNSUPPORTED, "version 2");
+    manifest_bad("\"format\":\"k3-pack\"", "\"format\":\"other\"", K3_ERR_FORMAT, "not a k3 pack");
+    manifest_bad("\"byte_order\":\"little\"", "\"byte_order\":\"big\"", K3_ERR_FORMAT, "byte_order");
+    manifest_bad("\"generator\":\"t\"", "\"generator\":\"t\",\"generator\":\"u\"", K3_ERR_FORMAT, "duplicate");
+    manifest_bad("\"size\":8192", "\"size\":-1", K3_ERR_FORMAT, "shards[0].size");
+    manifest_bad("\"name\":\"trunk-embed.k3s\",\"kind\"", "\"name\":\"../x.k3s\",\"kind\"", K3_ERR_FORMAT, "plain file name");
+    manifest_bad("\"shard\":\"trunk-embed.k3s\"", "\"shard\":\"nope.k3s\"", K3_ERR_FORMAT, "tensors[0].shard");
+    manifest_bad("\"encoding\":\"BF16\"", "\"encoding\":\"Q4\"", K3_ERR_FORMAT, "unknown encoding");
+    manifest_bad("\"xxh3_64\":\"0000000000000001\"", "\"xxh3_64\":\"zz\"", K3_ERR_FORMAT, "hex digits");
+    manifest_bad(",\"0000000000000003\"]", "]", K3_ERR_FORMAT, "expected 2 record hashes");
+    manifest_bad("\"shape\":[4,8]", "\"shape\":[1,1,1,1,1]", K3_ERR_FORMAT, "at most 4");
+    manifest_bad("\"layout\":\"w1,w3,w2;packed,scale\"", "\"layout\":\"interleaved\"", K3_ERR_FORMAT, "record layout");
+    manifest_bad("{\"format\"", "[{\"format\"", K3_ERR_FORMAT, "invalid JSON");
+}
+
+int main(void)
+{
+    test_trunk();
+    test_experts();
+    test_manifest();
+    return k3_test_done();
+}
