@@ -44,6 +44,29 @@ void k3_hasher_free(k3_hasher *h)
     free(h);
 }
 
+struct k3_hasher64 { XXH3_state_t *st; };
+
+k3_hasher64 *k3_hasher64_new(void)
+{
+    struct k3_hasher64 *h = calloc(1, sizeof *h);
+    if (!h) return NULL;
+    h->st = XXH3_createState();
+    if (!h->st) { free(h); return NULL; }
+    XXH3_64bits_reset(h->st);
+    return h;
+}
+
+void k3_hasher64_reset(k3_hasher64 *h) { XXH3_64bits_reset(h->st); }
+void k3_hasher64_update(k3_hasher64 *h, const void *p, size_t n) { XXH3_64bits_update(h->st, p, n); }
+uint64_t k3_hasher64_digest(const k3_hasher64 *h) { return XXH3_64bits_digest(h->st); }
+
+void k3_hasher64_free(k3_hasher64 *h)
+{
+    if (!h) return;
+    XXH3_freeState(h->st);
+    free(h);
+}
+
 void k3_hex64(uint64_t h, char out[17]) { snprintf(out, 17, "%016llx", (unsigned long long)h); }
 
 void k3_hex128(k3_h128 h, char out[33])

@@ -22,6 +22,14 @@ void k3_hasher_update(k3_hasher *h, const void *p, size_t n);
 k3_h128 k3_hasher_digest(const k3_hasher *h);
 void k3_hasher_free(k3_hasher *h);
 
+/* Streaming XXH3-64 (per tensor / per record while writing). */
+typedef struct k3_hasher64 k3_hasher64;
+k3_hasher64 *k3_hasher64_new(void);
+void k3_hasher64_reset(k3_hasher64 *h);
+void k3_hasher64_update(k3_hasher64 *h, const void *p, size_t n);
+uint64_t k3_hasher64_digest(const k3_hasher64 *h);
+void k3_hasher64_free(k3_hasher64 *h);
+
 /* Hex forms: out must hold 17 / 33 bytes. */
 void k3_hex64(uint64_t h, char out[17]);
 void k3_hex128(k3_h128 h, char out[33]);
