@@ -1,39 +1,145 @@
 /*
- * k3inspect - show the tensors, shapes, encodings and bytes of a checkpoint or pack.
- *
- * Not implemented yet: this binary prints its help and refuses to run, so
- * nothing pretends to work. See the issue tracker for the plan.
+ * k3inspect - show the tensors, shapes, dtypes and bytes of a safetensors
+ * checkpoint: one row per tensor, or a summary by layer and by kind.
+ * Only headers are read; the views live in k3inspect_list.c / k3inspect_summary.c.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "k3_error.h"
 #include "k3_log.h"
 #include "k3_opts.h"
+#include "k3_sys.h"
+#include "k3inspect.h"
+
+enum { OPT_SUMMARY = K3_OPT_USER, OPT_JSON, OPT_FILTER, OPT_CONFIG, OPT_NO_CONFIG };
 
 static const k3_opt opts[] = {
+    {OPT_SUMMARY, 's', "summary", NULL, NULL, NULL,
+     "params and bytes by layer (with its kind) and by tensor kind, with totals"},
+    {OPT_JSON, 'j', "json", NULL, NULL, NULL, "one JSON document (\"schema\": 1) instead of text"},
+    {OPT_FILTER, 'f', "filter", "GLOB", "all tensors", NULL,
+     "only tensors whose full name matches GLOB (fnmatch; '*' also matches '.')"},
+    {OPT_CONFIG, 'c', "config", "PATH", "SRC/config.json", NULL,
+     "config.json giving layer kinds (K3: text_config, 1-based kda_layers)"},
+    {OPT_NO_CONFIG, 0, "no-config", NULL, NULL, NULL, "ignore config.json; guess layer kinds from names"},
     K3_OPTS_COMMON,
 };
 #define N_OPTS ((int)(sizeof opts / sizeof opts[0]))
+
+static const char purpose[] =
+    "Show the tensors of a safetensors checkpoint: SRC is a .safetensors file or a\n"
+    "directory (model.safetensors.index.json with its shards, or a single\n"
+    "*.safetensors / model.safetensors). Every header is validated strictly;\n"
+    "tensor data is never read.\n"
+    "\n"
+    "Views:\n"
+    "  default    one row per tensor: name, dtype, shape, bytes, file, offset\n"
+    "             (offset = absolute byte offset in its file; names escaped)\n"
+    "  --summary  params and bytes per layer with its kind (\"KDA+dense\",\n"
+    "             \"MLA+MoE\", ...), per tensor kind, and totals\n"
+    "\n"
+    "Params count logical weights: an MXFP4/INT4 '*.weight_packed' tensor holds\n"
+    "2 weights per U8 byte (8 per I32); its '*.weight_scale' bytes are counted in\n"
+    "bytes but not in params.";
+
+static const char footer[] =
+    "Example:\n"
+    "  k3inspect --summary /models/Kimi-K3\n";
+
+static int fail(k3_err e, const k3_diag *d)
+{
+    k3_error("%s", d->msg);
+    return k3_exit_code(e);
+}
 
 int main(int argc, char **argv)
 {
     k3_log_init(argv[0]);
     k3_args a;
-    k3_diag d;
+    k3_diag d = {0};
     if (k3_opts_parse(opts, N_OPTS, argc, argv, &a, &d)) {
         k3_error("%s", d.msg);
         fprintf(stderr, "Try '%s --help' for more information.\n", k3_log_prog());
         return K3_EXIT_USAGE;
     }
     if (k3_opt_count(&a, K3_OPT_HELP)) {
-        k3_opts_help(stdout, "k3inspect [OPTIONS] SRC", "show the tensors, shapes, encodings and bytes of a checkpoint or pack.\n\nNot implemented yet: the safetensors reader is being written.", opts, N_OPTS, "");
+        k3_opts_help(stdout, "k3inspect [OPTIONS] SRC", purpose, opts, N_OPTS, footer);
         return K3_EXIT_OK;
     }
     if (k3_opt_count(&a, K3_OPT_VERSION)) {
         printf("%s %s\n", k3_log_prog(), K3_VERSION);
         return K3_EXIT_OK;
     }
-    k3_error("not implemented yet: the safetensors reader is being written.");
-    return K3_EXIT_USAGE;
+    if (a.n_pos != 1) {
+        if (a.n_pos) k3_error("expected one SRC, got %d arguments", a.n_pos);
+        else k3_error("missing SRC (a .safetensors file or a checkpoint directory)");
+        fprintf(stderr, "Try '%s --help' for more information.\n", k3_log_prog());
+        return K3_EXIT_USAGE;
+    }
+    if (k3_opt_count(&a, OPT_CONFIG) && k3_opt_count(&a, OPT_NO_CONFIG)) {
+        k3_error("--config and --no-config cannot be used together");
+        return K3_EXIT_USAGE;
+    }
+
+    k3i_ctx x;
+    memset(&x, 0, sizeof x);
+    x.filter = k3_opt_str(&a, OPT_FILTER);
+    double t0 = k3_now();
+    k3_err e = k3_st_open(a.pos[0], &x.ck, &d);
+    if (e) return fail(e, &d);
+    k3_info("opened '%s': %zu tensors in %zu files in %.3f s", a.pos[0], x.ck.n_tensors,
+            x.ck.n_files, k3_now() - t0);
+    for (size_t i = 0; i < x.ck.n_warnings; i++) k3_warn("%s", x.ck.warnings[i]);
+
+    char cfg_path[4096];
+    if (k3_opt_str(&a, OPT_CONFIG)) {
+        x.cfg_source = k3_opt_str(&a, OPT_CONFIG);
+        if ((e = k3_config_load(x.cfg_source, &x.cfg, &d))) goto out_fail;
+        x.has_cfg = 1;
+    } else if (!k3_opt_count(&a, OPT_NO_CONFIG) && x.ck.config_json) {
+        snprintf(cfg_path, sizeof cfg_path, "%s/config.json", x.ck.dir);
+        x.cfg_source = cfg_path;
+        if ((e = k3_config_parse(x.ck.config_json, x.ck.config_len, cfg_path, &x.cfg, &d))) {
+            k3_error("%s", d.msg);
+            fprintf(stderr, "%s: hint: --no-config ignores config.json\n", k3_log_prog());
+            k3_st_close(&x.ck);
+            return k3_exit_code(e);
+        }
+        x.has_cfg = 1;
+    }
+    if (k3i_classify(&x)) {
+        e = k3_fail(&d, K3_ERR_NOMEM, "out of memory classifying %zu tensors", x.ck.n_tensors);
+        goto out_fail;
+    }
+    if (x.filter) {
+        size_t n = 0;
+        for (size_t i = 0; i < x.ck.n_tensors && !n; i++) n += (size_t)k3i_selected(&x, i);
+        if (!n) {
+            char b[256];
+            k3_warn("no tensor name matches '%s'", k3_escape(x.filter, strlen(x.filter), b, sizeof b));
+        }
+    }
+
+    int json = k3_opt_count(&a, OPT_JSON) > 0, summary = k3_opt_count(&a, OPT_SUMMARY) > 0;
+    int r = summary ? (json ? k3i_summary_json(&x, stdout) : k3i_summary_text(&x, stdout))
+                    : (json ? k3i_list_json(&x, stdout) : k3i_list_text(&x, stdout));
+    if (r || fflush(stdout) || ferror(stdout)) {
+        e = k3_fail(&d, K3_ERR_IO, "cannot write to standard output");
+        goto out_fail;
+    }
+    k3_info("done in %.3f s", k3_now() - t0);
+    free(x.layer_attn);
+    free(x.layer_ffn);
+    free(x.kind);
+    k3_st_close(&x.ck);
+    return K3_EXIT_OK;
+
+out_fail:
+    free(x.layer_attn);
+    free(x.layer_ffn);
+    free(x.kind);
+    k3_st_close(&x.ck);
+    return fail(e, &d);
 }

@@ -1,0 +1,513 @@
+/*
+ * safetensors.c - dtypes and the strict parser of one safetensors header.
+ *
+ * Order of the checks (each failure has its own message, see safetensors.h):
+ *   prefix (8 bytes, N) -> UTF-8 and raw NUL scan -> JSON (jansson) -> object
+ *   -> per entry (metadata or tensor fields) -> extents sorted and contiguous
+ *   -> extents end exactly at the end of the file.
+ */
+#include "safetensors.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "k3_checked.h"
+#include "k3_file.h"
+#include "k3_log.h"
+
+/* ------------------------------------------------------------------------- */
+/* dtypes (FORMATS.md §1.2)                                                   */
+
+static const struct { const char *name; unsigned bits; } k3_dtypes[K3_DT__COUNT] = {
+    [K3_DT_BOOL] = {"BOOL", 8},         [K3_DT_U8] = {"U8", 8},
+    [K3_DT_I8] = {"I8", 8},             [K3_DT_F4] = {"F4", 4},
+    [K3_DT_F6_E2M3] = {"F6_E2M3", 6},   [K3_DT_F6_E3M2] = {"F6_E3M2", 6},
+    [K3_DT_F8_E5M2] = {"F8_E5M2", 8},   [K3_DT_F8_E4M3] = {"F8_E4M3", 8},
+    [K3_DT_F8_E8M0] = {"F8_E8M0", 8},   [K3_DT_F8_E4M3FNUZ] = {"F8_E4M3FNUZ", 8},
+    [K3_DT_F8_E5M2FNUZ] = {"F8_E5M2FNUZ", 8},
+    [K3_DT_I16] = {"I16", 16},          [K3_DT_U16] = {"U16", 16},
+    [K3_DT_F16] = {"F16", 16},          [K3_DT_BF16] = {"BF16", 16},
+    [K3_DT_I32] = {"I32", 32},          [K3_DT_U32] = {"U32", 32},
+    [K3_DT_F32] = {"F32", 32},          [K3_DT_I64] = {"I64", 64},
+    [K3_DT_U64] = {"U64", 64},          [K3_DT_F64] = {"F64", 64},
+    [K3_DT_C64] = {"C64", 64},
+};
+
+const char *k3_dtype_name(k3_dtype dt)
+{
+    return (unsigned)dt < K3_DT__COUNT ? k3_dtypes[dt].name : "?";
+}
+
+unsigned k3_dtype_bits(k3_dtype dt)
+{
+    return (unsigned)dt < K3_DT__COUNT ? k3_dtypes[dt].bits : 0;
+}
+
+int k3_dtype_parse(const char *s, size_t len, k3_dtype *out)
+{
+    for (int i = 0; i < K3_DT__COUNT; i++) {
+        if (strlen(k3_dtypes[i].name) == len && memcmp(k3_dtypes[i].name, s, len) == 0) {
+            *out = (k3_dtype)i;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* ------------------------------------------------------------------------- */
+/* helpers                                                                    */
+
+/* An escaped, quoted-safe copy of an untrusted name for messages. */
+typedef struct { char s[200]; } esc_buf;
+static const char *esc(esc_buf *b, const char *s, size_t len)
+{
+    return k3_escape(s, len, b->s, sizeof b->s);
+}
+static const char *esc0(esc_buf *b, const char *s) { return esc(b, s, strlen(s)); }
+
+static void fmt_shape(const uint64_t *shape, unsigned rank, char *out, size_t cap)
+{
+    size_t o = 0;
+    o += (size_t)snprintf(out + o, cap - o, "[");
+    for (unsigned i = 0; i < rank && o < cap; i++)
+        o += (size_t)snprintf(out + o, cap - o, "%s%" PRIu64, i ? ", " : "", shape[i]);
+    if (o < cap) snprintf(out + o, cap - o, "]");
+}
+
+/*
+ * Validate UTF-8 and the absence of raw NUL bytes in s[0..n). On failure
+ * returns a description and sets *at to the offset of the offending byte.
+ */
+static const char *utf8_problem(const uint8_t *s, size_t n, size_t *at)
+{
+    for (size_t i = 0; i < n;) {
+        unsigned c = s[i];
+        if (c == 0) { *at = i; return "a raw NUL byte"; }
+        if (c < 0x80) { i++; continue; }
+        size_t len;
+        unsigned min, cp;
+        if (c >= 0xC0 && c <= 0xDF) { len = 2; min = 0x80; cp = c & 0x1F; }
+        else if (c >= 0xE0 && c <= 0xEF) { len = 3; min = 0x800; cp = c & 0x0F; }
+        else if (c >= 0xF0 && c <= 0xF7) { len = 4; min = 0x10000; cp = c & 0x07; }
+        else { *at = i; return c < 0xC0 ? "a stray UTF-8 continuation byte" : "an invalid UTF-8 lead byte"; }
+        if (n - i < len) { *at = i; return "a truncated UTF-8 sequence"; }
+        for (size_t k = 1; k < len; k++) {
+            if ((s[i + k] & 0xC0) != 0x80) { *at = i; return "a truncated UTF-8 sequence"; }
+            cp = (cp << 6) | (s[i + k] & 0x3F);
+        }
+        if (cp < min) { *at = i; return "an overlong UTF-8 sequence"; }
+        if (cp >= 0xD800 && cp <= 0xDFFF) { *at = i; return "a UTF-16 surrogate encoded in UTF-8"; }
+        if (cp > 0x10FFFF) { *at = i; return "a code point above U+10FFFF"; }
+        i += len;
+    }
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------- */
+/* the 8-byte prefix                                                          */
+
+k3_err k3_st_check_prefix(const uint8_t *buf, size_t len, uint64_t file_size,
+                          const char *dn, uint64_t *header_len, k3_diag *d)
+{
+    if (file_size < 8)
+        return k3_fail(d, K3_ERR_FORMAT,
+                       "'%s': file is %" PRIu64 " bytes, too short for the 8-byte header length",
+                       dn, file_size);
+    if (len < 8)
+        return k3_fail(d, K3_ERR_INTERNAL, "'%s': header buffer holds only %zu bytes", dn, len);
+    uint64_t n = k3_ld64(buf);
+    if (n > K3_ST_MAX_HEADER)
+        return k3_fail(d, K3_ERR_FORMAT,
+                       "'%s': header length %" PRIu64 " exceeds the limit of %u bytes",
+                       dn, n, K3_ST_MAX_HEADER);
+    if (n > file_size - 8)
+        return k3_fail(d, K3_ERR_FORMAT,
+                       "'%s': header length %" PRIu64 " runs past the end of the file (%" PRIu64
+                       " bytes)", dn, n, file_size);
+    if (n == 0)
+        return k3_fail(d, K3_ERR_FORMAT, "'%s': header length is 0: no JSON header", dn);
+    *header_len = n;
+    return K3_OK;
+}
+
+/* ------------------------------------------------------------------------- */
+/* one tensor entry                                                           */
+
+/* An integer field in [0, K3_ST_MAX_INT]; what names it in messages. */
+static k3_err get_uint(const json_t *v, const char *dn, const char *tn, const char *what,
+                       unsigned idx, uint64_t *out, k3_diag *d)
+{
+    if (!json_is_integer(v))
+        return k3_fail(d, K3_ERR_FORMAT, "'%s': tensor '%s': %s[%u] is not an integer",
+                       dn, tn, what, idx);
+    json_int_t x = json_integer_value(v);
+    if (x < 0)
+        return k3_fail(d, K3_ERR_FORMAT, "'%s': tensor '%s': %s[%u] is negative (%lld)",
+                       dn, tn, what, idx, (long long)x);
+    if ((uint64_t)x > K3_ST_MAX_INT)
+        return k3_fail(d, K3_ERR_FORMAT,
+                       "'%s': tensor '%s': %s[%u] = %lld is larger than 2^48-1", dn, tn, what,
+                       idx, (long long)x);
+    *out = (uint64_t)x;
+    return K3_OK;
+}
+
+static k3_err parse_tensor(const json_t *v, const char *dn, const char *tn, uint64_t data_start,
+                           k3_st_tensor *t, k3_diag *d)
+{
+    if (!json_is_object(v))
+        return k3_fail(d, K3_ERR_FORMAT, "'%s': tensor '%s': entry is not a JSON object", dn, tn);
+    for (void *it = json_object_iter((json_t *)v); it; it = json_object_iter_next((json_t *)v, it)) {
+        const char *key = json_object_iter_key(it);
+        size_t kl = json_object_iter_key_len(it);
+        if (!((kl == 5 && !memcmp(key, "dtype", 5)) || (kl == 5 && !memcmp(key, "shape", 5)) ||
+              (kl == 12 && !memcmp(key, "data_offsets", 12)))) {
+            esc_buf b;
+            return k3_fail(d, K3_ERR_FORMAT, "'%s': tensor '%s': unexpected field '%s'", dn, tn,
+                           esc(&b, key, kl));
+        }
+    }
+    static const char *const req[3] = {"dtype", "shape", "data_offsets"};
+    for (int i = 0; i < 3; i++)
+        if (!json_object_get(v, req[i]))
+            return k3_fail(d, K3_ERR_FORMAT, "'%s': tensor '%s': missing field '%s'", dn, tn, req[i]);
+
+    /* dtype */
+    const json_t *jd = json_object_get(v, "dtype");
+    if (!json_is_string(jd))
+        return k3_fail(d, K3_ERR_FORMAT, "'%s': tensor '%s': dtype is not a string", dn, tn);
+    k3_dtype dt;
+    if (k3_dtype_parse(json_string_value(jd), json_string_length(jd), &dt)) {
+        esc_buf b;
+        return k3_fail(d, K3_ERR_FORMAT, "'%s': tensor '%s': unknown dtype '%s'", dn, tn,
+                       esc(&b, json_string_value(jd), json_string_length(jd)));
+    }
+    t->dtype = (uint8_t)dt;
+
+    /* shape */
+    const json_t *js = json_object_get(v, "shape");
+    if (!json_is_array(js))
+        return k3_fail(d, K3_ERR_FORMAT, "'%s': tensor '%s': shape is not an array", dn, tn);
+    size_t rank = json_array_size(js);
+    if (rank > K3_ST_MAX_RANK)
+        return k3_fail(d, K3_ERR_FORMAT, "'%s': tensor '%s': rank %zu exceeds the limit of %d",
+                       dn, tn, rank, K3_ST_MAX_RANK);
+    t->rank = (uint8_t)rank;
+    uint64_t numel = 1;
+    int numel_overflow = 0;
+    for (size_t i = 0; i < rank; i++) {
+        k3_err e = get_uint(json_array_get(js, i), dn, tn, "shape", (unsigned)i, &t->shape[i], d);
+        if (e) return e;
+        if (!numel_overflow && k3_mul_u64(numel, t->shape[i], &numel)) numel_overflow = 1;
+    }
+    char sh[K3_ST_MAX_RANK * 22 + 4];
+    fmt_shape(t->shape, t->rank, sh, sizeof sh);
+    /* a zero dimension makes the product 0 even if a partial product overflowed */
+    for (size_t i = 0; i < rank; i++)
+        if (t->shape[i] == 0) { numel = 0; numel_overflow = 0; }
+    if (numel_overflow)
+        return k3_fail(d, K3_ERR_FORMAT,
+                       "'%s': tensor '%s': element count of shape %s overflows 64 bits", dn, tn, sh);
+    t->numel = numel;
+
+    /* data_offsets */
+    const json_t *jo = json_object_get(v, "data_offsets");
+    if (!json_is_array(jo) || json_array_size(jo) != 2)
+        return k3_fail(d, K3_ERR_FORMAT,
+                       "'%s': tensor '%s': data_offsets is not an array of 2 integers", dn, tn);
+    uint64_t begin, end;
+    k3_err e = get_uint(json_array_get(jo, 0), dn, tn, "data_offsets", 0, &begin, d);
+    if (!e) e = get_uint(json_array_get(jo, 1), dn, tn, "data_offsets", 1, &end, d);
+    if (e) return e;
+    if (end < begin)
+        return k3_fail(d, K3_ERR_FORMAT,
+                       "'%s': tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 ") end before they begin",
+                       dn, tn, begin, end);
+
+    /* size */
+    uint64_t bits;
+    if (k3_mul_u64(numel, k3_dtype_bits(dt), &bits))
+        return k3_fail(d, K3_ERR_FORMAT, "'%s': tensor '%s': size of shape %s x %s overflows 64 bits",
+                       dn, tn, sh, k3_dtype_name(dt));
+    if (bits % 8)
+        return k3_fail(d, K3_ERR_FORMAT,
+                       "'%s': tensor '%s': shape %s x %s is %" PRIu64 " bits, not a whole number of bytes",
+                       dn, tn, sh, k3_dtype_name(dt), bits);
+    if (bits / 8 != end - begin)
+        return k3_fail(d, K3_ERR_FORMAT,
+                       "'%s': tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 ") hold %" PRIu64
+                       " bytes but shape %s x %s needs %" PRIu64 " bytes",
+                       dn, tn, begin, end, end - begin, sh, k3_dtype_name(dt), bits / 8);
+    t->begin = begin;
+    t->nbytes = end - begin;
+    t->offset = data_start + begin;           /* <= 100e6 + 8 + 2^48: no overflow */
+    return K3_OK;
+}
+
+/* ------------------------------------------------------------------------- */
+/* the header                                                                 */
+
+static int cmp_extent(const void *pa, const void *pb)
+{
+    const k3_st_tensor *a = pa, *b = pb;
+    if (a->begin != b->begin) return a->begin < b->begin ? -1 : 1;
+    if (a->nbytes != b->nbytes) return a->nbytes < b->nbytes ? -1 : 1;
+    return strcmp(a->name, b->name);
+}
+
+void k3_st_header_free(k3_st_header *h)
+{
+    if (!h) return;
+    free(h->tensors);
+    free(h->meta);
+    free(h->pool);
+    memset(h, 0, sizeof *h);
+}
+
+static k3_err json_failure(const json_error_t *je, const char *dn, const char *what,
+                           uint64_t base, k3_diag *d)
+{
+    esc_buf b;
+    const char *txt = esc0(&b, je->text);
+    uint64_t at = base + (uint64_t)(je->position > 0 ? je->position : 0);
+    switch (json_error_code(je)) {
+    case json_error_duplicate_key:
+        return k3_fail(d, K3_ERR_FORMAT, "'%s': duplicate key in %s: %s (line %d, column %d, byte offset %" PRIu64 ")",
+                       dn, what, txt, je->line, je->column, at);
+    case json_error_null_character:
+    case json_error_null_byte_in_key:
+        return k3_fail(d, K3_ERR_FORMAT, "'%s': NUL character (\\u0000) in a string of %s: %s (byte offset %" PRIu64 ")",
+                       dn, what, txt, at);
+    case json_error_numeric_overflow:
+        return k3_fail(d, K3_ERR_FORMAT, "'%s': number out of range in %s: %s (byte offset %" PRIu64 ")",
+                       dn, what, txt, at);
+    case json_error_invalid_utf8:
+        return k3_fail(d, K3_ERR_FORMAT, "'%s': %s is not valid UTF-8: %s (byte offset %" PRIu64 ")",
+                       dn, what, txt, at);
+    default:
+        return k3_fail(d, K3_ERR_FORMAT, "'%s': %s is not valid JSON: %s (line %d, column %d, byte offset %" PRIu64 ")",
+                       dn, what, txt, je->line, je->column, at);
+    }
+}
+
+static const char *json_type_name(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a number";
+    case JSON_TRUE: case JSON_FALSE: return "a boolean";
+    default: return "null";
+    }
+}
+
+static k3_err check_metadata(const json_t *m, const char *dn, size_t *pool_need, k3_diag *d)
+{
+    if (!json_is_object(m))
+        return k3_fail(d, K3_ERR_FORMAT, "'%s': __metadata__ is %s, not an object of strings",
+                       dn, json_type_name(m));
+    const json_t *off = json_object_get(m, "data_offsets");
+    if (off && !json_is_string(off))
+        return k3_fail(d, K3_ERR_FORMAT,
+                       "'%s': '__metadata__' is a reserved name and cannot be a tensor", dn);
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)m, k, v) {
+        if (!json_is_string(v)) {
+            esc_buf b;
+            return k3_fail(d, K3_ERR_FORMAT, "'%s': __metadata__ value of key '%s' is %s, not a string",
+                           dn, esc0(&b, k), json_type_name(v));
+        }
+        *pool_need += strlen(k) + 1 + json_string_length(v) + 1;
+    }
+    return K3_OK;
+}
+
+k3_err k3_st_parse_header(const uint8_t *buf, size_t len, uint64_t file_size,
+                          const char *dn, k3_st_header *out, k3_diag *d)
+{
+    memset(out, 0, sizeof *out);
+    uint64_t n;
+    k3_err e = k3_st_check_prefix(buf, len, file_size, dn, &n, d);
+    if (e) return e;
+    if (len - 8 < n)
+        return k3_fail(d, K3_ERR_INTERNAL, "'%s': header buffer holds %zu of %" PRIu64 " bytes",
+                       dn, len, n + 8);
+    const uint8_t *hdr = buf + 8;
+
+    size_t at;
+    const char *bad = utf8_problem(hdr, (size_t)n, &at);
+    if (bad)
+        return k3_fail(d, K3_ERR_FORMAT, "'%s': header contains %s (0x%02x) at byte offset %zu",
+                       dn, bad, hdr[at], at + 8);
+
+    json_error_t je;
+    json_t *root = json_loadb((const char *)hdr, (size_t)n, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
+    if (!root) return json_failure(&je, dn, "header", 8, d);
+    if (!json_is_object(root)) {
+        e = k3_fail(d, K3_ERR_FORMAT, "'%s': header is %s, not a JSON object", dn, json_type_name(root));
+        json_decref(root);
+        return e;
+    }
+
+    /* pass 1: validate metadata and names, size the pool */
+    size_t n_t = 0, pool_need = 0;
+    const json_t *meta = NULL;
+    for (void *it = json_object_iter(root); it; it = json_object_iter_next(root, it)) {
+        const char *k = json_object_iter_key(it);
+        size_t kl = json_object_iter_key_len(it);
+        if (kl == 12 && memcmp(k, "__metadata__", 12) == 0) {
+            meta = json_object_iter_value(it);
+            if ((e = check_metadata(meta, dn, &pool_need, d))) goto fail;
+            continue;
+        }
+        if (kl == 0) { e = k3_fail(d, K3_ERR_FORMAT, "'%s': empty tensor name", dn); goto fail; }
+        if (memchr(k, 0, kl)) {
+            esc_buf b;
+            e = k3_fail(d, K3_ERR_FORMAT, "'%s': tensor name '%s' contains a NUL byte", dn, esc(&b, k, kl));
+            goto fail;
+        }
+        if (kl > UINT32_MAX) { e = k3_fail(d, K3_ERR_FORMAT, "'%s': tensor name too long", dn); goto fail; }
+        n_t++;
+        pool_need += kl + 1;
+    }
+
+    out->file_size = file_size;
+    out->header_len = n;
+    out->data_start = n + 8;
+    out->tensors = calloc(n_t ? n_t : 1, sizeof *out->tensors);
+    out->pool = malloc(pool_need ? pool_need : 1);
+    out->meta = meta ? calloc(json_object_size(meta) + 1, sizeof *out->meta) : NULL;
+    if (!out->tensors || !out->pool || (meta && !out->meta)) {
+        e = k3_fail(d, K3_ERR_NOMEM, "'%s': out of memory for %zu tensors", dn, n_t);
+        goto fail;
+    }
+
+    /* pass 2: tensors */
+    char *p = out->pool;
+    for (void *it = json_object_iter(root); it; it = json_object_iter_next(root, it)) {
+        const char *k = json_object_iter_key(it);
+        size_t kl = json_object_iter_key_len(it);
+        if (kl == 12 && memcmp(k, "__metadata__", 12) == 0) continue;
+        k3_st_tensor *t = &out->tensors[out->n_tensors];
+        memcpy(p, k, kl);
+        p[kl] = '\0';
+        t->name = p;
+        t->name_len = (uint32_t)kl;
+        p += kl + 1;
+        esc_buf b;
+        if ((e = parse_tensor(json_object_iter_value(it), dn, esc(&b, k, kl), out->data_start, t, d)))
+            goto fail;
+        out->n_tensors++;
+    }
+    if (meta) {
+        const char *k;
+        json_t *v;
+        json_object_foreach((json_t *)meta, k, v) {
+            size_t kl = strlen(k), vl = json_string_length(v);
+            k3_st_meta *m = &out->meta[out->n_meta++];
+            memcpy(p, k, kl + 1);
+            m->key = p;
+            p += kl + 1;
+            memcpy(p, json_string_value(v), vl);
+            p[vl] = '\0';
+            m->value = p;
+            p += vl + 1;
+        }
+    }
+    json_decref(root);
+    root = NULL;
+
+    /* extents: sorted, from 0, contiguous, no sharing, end at EOF */
+    qsort(out->tensors, out->n_tensors, sizeof *out->tensors, cmp_extent);
+    uint64_t pos = 0;
+    const k3_st_tensor *owner = NULL;            /* last non-empty tensor, ends at pos */
+    for (size_t i = 0; i < out->n_tensors; i++) {
+        const k3_st_tensor *t = &out->tensors[i];
+        uint64_t end = t->begin + t->nbytes;
+        esc_buf b1, b2;
+        if (t->begin > pos) {
+            if (!owner)
+                e = k3_fail(d, K3_ERR_FORMAT,
+                            "'%s': tensor '%s': data begins at offset %" PRIu64 ", not 0 (the first "
+                            "tensor must start the data region at file offset %" PRIu64 ")",
+                            dn, esc0(&b1, t->name), t->begin, out->data_start);
+            else
+                e = k3_fail(d, K3_ERR_FORMAT,
+                            "'%s': gap of %" PRIu64 " bytes between tensor '%s' (ends at data offset %"
+                            PRIu64 ") and tensor '%s' (begins at %" PRIu64 ", file offset %" PRIu64 ")",
+                            dn, t->begin - pos, esc0(&b1, owner->name), pos, esc0(&b2, t->name),
+                            t->begin, t->offset);
+            goto fail;
+        }
+        if (t->begin < pos) {
+            if (owner && t->begin == owner->begin && t->nbytes == owner->nbytes)
+                e = k3_fail(d, K3_ERR_FORMAT,
+                            "'%s': tensors '%s' and '%s' share the byte range [%" PRIu64 ", %" PRIu64 ")",
+                            dn, esc0(&b1, owner->name), esc0(&b2, t->name), t->begin, end);
+            else
+                e = k3_fail(d, K3_ERR_FORMAT,
+                            "'%s': tensor '%s' [%" PRIu64 ", %" PRIu64 ") overlaps tensor '%s' "
+                            "(ends at data offset %" PRIu64 ", file offset %" PRIu64 ")",
+                            dn, esc0(&b1, t->name), t->begin, end,
+                            owner ? esc0(&b2, owner->name) : "?", pos, out->data_start + pos);
+            goto fail;
+        }
+        if (t->nbytes) { pos = end; owner = t; }
+    }
+    uint64_t data_end = out->data_start + pos;
+    if (data_end < file_size) {
+        e = k3_fail(d, K3_ERR_FORMAT,
+                    "'%s': %" PRIu64 " trailing bytes after the last tensor: data ends at file offset %"
+                    PRIu64 " but the file is %" PRIu64 " bytes", dn, file_size - data_end, data_end,
+                    file_size);
+        goto fail;
+    }
+    if (data_end > file_size) {
+        esc_buf b;
+        e = k3_fail(d, K3_ERR_FORMAT,
+                    "'%s': data is truncated: tensor '%s' ends at file offset %" PRIu64
+                    " but the file is %" PRIu64 " bytes (%" PRIu64 " missing)",
+                    dn, owner ? esc0(&b, owner->name) : "?", data_end, file_size, data_end - file_size);
+        goto fail;
+    }
+    return K3_OK;
+
+fail:
+    json_decref(root);
+    k3_st_header_free(out);
+    return e;
+}
+
+/* ------------------------------------------------------------------------- */
+/* from a file descriptor                                                     */
+
+k3_err k3_st_read_header(int fd, const char *path, const char *dn, k3_st_header *out, k3_diag *d)
+{
+    memset(out, 0, sizeof *out);
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return k3_fail(d, K3_ERR_IO, "cannot stat '%s': %s", path, strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        return k3_fail(d, K3_ERR_FORMAT, "'%s' is not a regular file", path);
+    uint64_t size = (uint64_t)st.st_size;
+    uint8_t pre[8];
+    uint64_t n;
+    k3_err e;
+    if (size >= 8 && (e = k3_pread_full(fd, pre, 8, 0, path, d))) return e;
+    if ((e = k3_st_check_prefix(pre, 8, size, dn, &n, d))) return e;
+    uint8_t *buf = malloc((size_t)n + 8);       /* n <= K3_ST_MAX_HEADER, checked above */
+    if (!buf) return k3_fail(d, K3_ERR_NOMEM, "'%s': out of memory for a %" PRIu64 "-byte header", dn, n);
+    memcpy(buf, pre, 8);
+    e = k3_pread_full(fd, buf + 8, (size_t)n, 8, path, d);
+    if (!e) e = k3_st_parse_header(buf, (size_t)n + 8, size, dn, out, d);
+    free(buf);
+    return e;
+}

@@ -1,0 +1,58 @@
+/*
+ * k3inspect.h - what the views of k3inspect share: the opened checkpoint, its
+ * config (if any), per-layer attention/FFN types, and the row filter.
+ */
+#ifndef K3INSPECT_H
+#define K3INSPECT_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "k3_config.h"
+#include "k3_tensor_kind.h"
+#include "safetensors.h"
+
+enum { K3I_FFN_UNKNOWN = 0, K3I_FFN_DENSE = 1, K3I_FFN_MOE = 2 };
+
+typedef struct k3i_ctx {
+    k3_st_ckpt ck;
+    k3_config cfg;
+    int has_cfg;
+    const char *cfg_source;      /* where the config came from, for messages and JSON */
+    size_t n_layers;             /* max(config layers, highest layer index + 1) */
+    uint8_t *layer_attn;         /* [n_layers] K3_ATTN_* */
+    uint8_t *layer_ffn;          /* [n_layers] K3I_FFN_* */
+    uint8_t *kind;               /* [ck.n_tensors] k3_kind of each tensor */
+    const char *filter;          /* fnmatch glob on full names, NULL = all */
+} k3i_ctx;
+
+/* Fill layer types and tensor kinds (after ck and cfg are set). 0 or -1 on ENOMEM. */
+int k3i_classify(k3i_ctx *x);
+
+/* Does tensor i pass the filter? */
+int k3i_selected(const k3i_ctx *x, size_t i);
+
+/*
+ * Parameters a tensor holds: its element count, except for quantized storage:
+ * "*.weight_packed" U8/I8 = 2 weights per byte (MXFP4/INT4 nibbles), I32/U32 =
+ * 8 per element; scales, zero points and weight_shape tensors hold 0.
+ */
+uint64_t k3i_params(const k3_st_tensor *t);
+
+/* "KDA+MoE", "MLA+dense", "?+MoE", ... (static strings). */
+const char *k3i_layer_kind(const k3i_ctx *x, size_t layer);
+
+/* Decimal unit form: "2.78 T" (params) / "1.56 TB" (bytes when unit is "B"). */
+char *k3i_si(double v, const char *unit, char *buf, size_t cap);
+
+/* Views. Each writes to f and returns 0, or -1 on a write error. */
+int k3i_list_text(const k3i_ctx *x, FILE *f);
+int k3i_list_json(const k3i_ctx *x, FILE *f);
+int k3i_summary_text(const k3i_ctx *x, FILE *f);
+int k3i_summary_json(const k3i_ctx *x, FILE *f);
+
+/* JSON pieces shared by both JSON views: opening fields and the warnings array. */
+void k3i_json_head(const k3i_ctx *x, FILE *f, const char *view);
+void k3i_json_warnings(const k3i_ctx *x, FILE *f);
+
+#endif
