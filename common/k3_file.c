@@ -129,7 +129,7 @@ k3_err k3_atomic_open(k3_atomic_file *af, const char *dir, const char *name, k3_
     if ((e = k3_path_join(af->tmp_path, sizeof af->tmp_path, dir, tmpname, d))) return e;
     snprintf(af->dir, sizeof af->dir, "%s", dir);
     unlink(af->tmp_path);                       /* a stale one of ours (same pid reuse) */
-    af->fd = open(af->tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    af->fd = open(af->tmp_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (af->fd < 0)
         return k3_fail(d, errno == ENOSPC ? K3_ERR_NOSPACE : K3_ERR_IO, "cannot create '%s': %s",
                        af->tmp_path, strerror(errno));

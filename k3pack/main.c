@@ -1,39 +1,269 @@
 /*
- * k3pack - convert a safetensors checkpoint into a k3 pack.
- *
- * Not implemented yet: this binary prints its help and refuses to run, so
- * nothing pretends to work. See the issue tracker for the plan.
+ * k3pack - convert a Kimi K3 safetensors checkpoint (a directory, one
+ * .safetensors file, or a tar / tar.gz / tar.zst archive, also on stdin) into
+ * a k3 pack (docs/FORMAT.md). Streaming, bounded memory, resumable after any
+ * interruption, deterministic.
  */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
-#include "k3_error.h"
+#include "k3_ckpt_check.h"
 #include "k3_log.h"
 #include "k3_opts.h"
+#include "k3_sys.h"
+#include "pack.h"
+
+enum { O_OUT = K3_OPT_USER, O_EXPERTS, O_DRY, O_JSON, O_THREADS, O_FORCE };
 
 static const k3_opt opts[] = {
+    {O_OUT, 'o', "output", "PACK", NULL, NULL, "output directory (created if missing)"},
+    {O_EXPERTS, 0, "experts", "MODE", "auto", NULL,
+     "auto: keep the checkpoint's experts; mxfp4: quantize BF16 experts to MXFP4 (OCP rule); bf16: keep BF16 experts"},
+    {O_DRY, 'n', "dry-run", NULL, NULL, NULL, "validate the input and print the plan; write nothing"},
+    {O_JSON, 0, "json", NULL, NULL, NULL, "JSON Lines records on stdout (plan, shards, summary)"},
+    {O_THREADS, 't', "threads", "N", "1", "K3_THREADS", "shards written in parallel (directory input)"},
+    {O_FORCE, 'f', "force", NULL, NULL, NULL, "replace a finished pack in PACK"},
     K3_OPTS_COMMON,
 };
 #define N_OPTS ((int)(sizeof opts / sizeof opts[0]))
+
+static const char usage_footer[] =
+    "SRC is a checkpoint directory (config.json, model-*.safetensors, model.safetensors.index.json,\n"
+    "tiktoken.model, tokenizer_config.json), a single .safetensors file with config.json beside it,\n"
+    "or a .tar / .tar.gz / .tar.zst of such a directory ('-' reads the archive from stdin; config.json\n"
+    "must come before the weights in it). The input is validated against config.json before anything\n"
+    "is written. An interrupted run (even kill -9) resumes when rerun with the same arguments and gives\n"
+    "the same bytes. The same checkpoint gives the same pack whatever --threads and the kind of input.\n"
+    "\nExample:\n  k3pack ~/models/Kimi-K3 -o ~/packs/k3 && k3verify ~/packs/k3\n";
+
+static int usage_error(const char *msg)
+{
+    k3_error("%s", msg);
+    fprintf(stderr, "Try '%s --help' for more information.\n", k3_log_prog());
+    return K3_EXIT_USAGE;
+}
+
+static int is_archive(const char *src)
+{
+    struct stat st;
+    if (!strcmp(src, "-")) return 1;
+    if (stat(src, &st) != 0 || S_ISDIR(st.st_mode)) return 0;
+    size_t n = strlen(src);
+    return !(n > 12 && !strcmp(src + n - 12, ".safetensors"));
+}
+
+static void print_problem(void *ctx, const char *msg)
+{
+    (void)ctx;
+    k3_error("%s", msg);
+}
+
+static int fail(k3_err e, const k3_diag *d, int json)
+{
+    k3_error("%s", d->msg);
+    if (json)
+        printf("{\"schema\":1,\"type\":\"exit_error\",\"code\":%d,\"message\":\"see stderr\"}\n", k3_exit_code(e));
+    return k3_exit_code(e);
+}
+
+/* Read a small optional file beside the checkpoint. */
+static void read_side(const char *dir, const char *name, char **data, size_t *len)
+{
+    char p[4096];
+    *data = NULL;
+    *len = 0;
+    if (k3_path_join(p, sizeof p, dir, name, NULL) == K3_OK) k3_read_file(p, 64u << 20, data, len, NULL);
+}
 
 int main(int argc, char **argv)
 {
     k3_log_init(argv[0]);
     k3_args a;
-    k3_diag d;
-    if (k3_opts_parse(opts, N_OPTS, argc, argv, &a, &d)) {
-        k3_error("%s", d.msg);
-        fprintf(stderr, "Try '%s --help' for more information.\n", k3_log_prog());
-        return K3_EXIT_USAGE;
-    }
+    k3_diag d = {0};
+    if (k3_opts_parse(opts, N_OPTS, argc, argv, &a, &d)) return usage_error(d.msg);
     if (k3_opt_count(&a, K3_OPT_HELP)) {
-        k3_opts_help(stdout, "k3pack [OPTIONS] SRC -o PACK", "convert a safetensors checkpoint into a k3 pack.\n\nNot implemented yet: the pack writer arrives with the pack format (issue 4).", opts, N_OPTS, "");
+        k3_opts_help(stdout, "k3pack [OPTIONS] SRC -o PACK", "Convert a safetensors checkpoint into a k3 pack.",
+                     opts, N_OPTS, usage_footer);
         return K3_EXIT_OK;
     }
     if (k3_opt_count(&a, K3_OPT_VERSION)) {
-        printf("%s %s\n", k3_log_prog(), K3_VERSION);
+        printf("k3pack %s (pack format %d)\n", K3_VERSION, K3_PACK_VERSION);
         return K3_EXIT_OK;
     }
-    k3_error("not implemented yet: the pack writer arrives with the pack format (issue 4).");
-    return K3_EXIT_USAGE;
+    int json = k3_opt_count(&a, O_JSON) > 0, dry = k3_opt_count(&a, O_DRY) > 0;
+    const char *out = k3_opt_str(&a, O_OUT), *mode_s = k3_opt_str(&a, O_EXPERTS);
+    if (a.n_pos != 1) return usage_error(a.n_pos ? "exactly one SRC expected" : "missing SRC");
+    if (!out && !dry) return usage_error("missing '-o PACK'");
+    pk_expert_mode mode = PK_EXPERTS_AUTO;
+    if (mode_s && !strcmp(mode_s, "mxfp4")) mode = PK_EXPERTS_MXFP4;
+    else if (mode_s && !strcmp(mode_s, "bf16")) mode = PK_EXPERTS_BF16;
+    else if (mode_s && strcmp(mode_s, "auto")) return usage_error("'--experts' takes auto, mxfp4 or bf16");
+    uint64_t threads;
+    if (k3_opt_u64(&a, O_THREADS, 1, 0, &threads, &d)) return usage_error(d.msg);
+    if (threads < 1 || threads > 256) return usage_error("'--threads' must be between 1 and 256");
+    const char *src = a.pos[0];
+    double t0 = k3_now();
+
+    /* 1. open the input and read config.json */
+    int archive = is_archive(src);
+    k3_st_ckpt ck;
+    pk_archive ar;
+    memset(&ck, 0, sizeof ck);
+    memset(&ar, 0, sizeof ar);
+    const char *config;
+    size_t config_len;
+    k3_err e;
+    if (archive) {
+        if ((e = pk_archive_open(&ar, src, &d))) { pk_archive_close(&ar); return fail(e, &d, json); }
+        config = ar.config;
+        config_len = ar.config_len;
+    } else {
+        if ((e = k3_st_open(src, &ck, &d))) return fail(e, &d, json);
+        for (size_t i = 0; i < ck.n_warnings; i++) k3_warn("%s", ck.warnings[i]);
+        if (!ck.config_json) {
+            k3_st_close(&ck);
+            k3_fail(&d, K3_ERR_MODEL, "no config.json beside '%s': k3pack needs the model's config", src);
+            return fail(K3_ERR_MODEL, &d, json);
+        }
+        config = ck.config_json;
+        config_len = ck.config_len;
+    }
+
+    /* 2. the plan, and (directory input) the full check before any output */
+    pk_plan plan;
+    int rc = K3_EXIT_OK;
+    char *tok_data[PK_MAX_TOK] = {0};
+    size_t tok_len[PK_MAX_TOK] = {0};
+    const char *tok_names[PK_MAX_TOK] = {"tiktoken.model", "tokenizer_config.json"};
+    char **skipped = NULL;
+    size_t n_skipped = 0;
+    k3_ckpt_match match;
+    memset(&match, 0, sizeof match);
+    if ((e = pk_plan_build(&plan, config, config_len, mode, &d))) {
+        rc = fail(e, &d, json);
+        goto out_src;
+    }
+    if (!archive) {
+        k3_xlist xl;
+        if ((e = k3_expected_tensors(&plan.cfg, &xl, &d))) { rc = fail(e, &d, json); goto out_plan; }
+        e = k3_ckpt_match_config(&ck, &plan.cfg, &xl, print_problem, NULL, &match, &d);
+        k3_xlist_free(&xl);
+        if (e) { rc = fail(e, &d, json); goto out_plan; }
+        skipped = calloc(match.n_skipped + 1, sizeof *skipped);
+        for (size_t i = 0; skipped && i < match.n_skipped; i++) skipped[i] = (char *)ck.tensors[match.skipped[i]].name;
+        n_skipped = match.n_skipped;
+        for (int i = 0; i < PK_MAX_TOK; i++) read_side(ck.dir, tok_names[i], &tok_data[i], &tok_len[i]);
+    }
+    if (dry) {
+        pk_plan_print(&plan, stdout, json);
+        if (!archive && !json) printf("skipped: %zu vision tensors\n", n_skipped);
+        goto out_plan;
+    }
+
+    /* 3. the output directory: lock, resume, space */
+    int lock_fd = -1;
+    if ((e = pk_prepare_output(out, k3_opt_count(&a, O_FORCE) > 0, &lock_fd, &d))) {
+        rc = fail(e, &d, json);
+        goto out_plan;
+    }
+    pk_writer w;
+    if ((e = pk_writer_init(&w, &plan, out, json, &d)) || (e = pk_resume(&w, &d))) {
+        rc = fail(e, &d, json);
+        goto out_lock;
+    }
+    uint64_t need = 0, avail;
+    for (uint32_t s = 0; s < plan.n_shards; s++)
+        if (!w.done[s]) need += plan.shards[s].h.file_size;
+    if ((e = k3_free_space(out, &avail, &d))) { rc = fail(e, &d, json); goto out_writer; }
+    if (avail < need + (need >> 6)) {
+        char hn[24], ha[24];
+        k3_fail(&d, K3_ERR_NOSPACE, "'%s' has %s free; the pack needs %s more", out,
+                k3_human_bytes((double)avail, ha, sizeof ha), k3_human_bytes((double)need, hn, sizeof hn));
+        rc = fail(K3_ERR_NOSPACE, &d, json);
+        goto out_writer;
+    }
+
+    /* 4. write */
+    k3_progress_start(&w.prog, "k3pack", plan.src_bytes);
+    if (archive) e = pk_archive_pack(&ar, &w, &d);
+    else e = pk_pack_from_checkpoint(&w, &ck, (int)threads, &d);
+    if (archive && !e) {
+        for (int i = 0; i < PK_MAX_TOK; i++) {
+            tok_data[i] = ar.tok_data[i];
+            tok_len[i] = ar.tok_len[i];
+            ar.tok_data[i] = NULL;
+        }
+        skipped = ar.skipped;
+        n_skipped = ar.n_skipped;
+    }
+    k3_progress_end(&w.prog);
+    if (e) {
+        pk_writer_abort(&w);
+        rc = fail(e, &d, json);
+        goto out_writer;
+    }
+
+    /* 5. tokenizer files and the manifest, last */
+    const char *names[PK_MAX_TOK];
+    char *datas[PK_MAX_TOK];
+    size_t lens[PK_MAX_TOK];
+    int n_tok = 0;
+    for (int i = 0; i < PK_MAX_TOK; i++)
+        if (tok_data[i]) {
+            names[n_tok] = tok_names[i];
+            datas[n_tok] = tok_data[i];
+            lens[n_tok++] = tok_len[i];
+        } else {
+            k3_warn("no '%s' in the checkpoint: the pack will have no tokenizer", tok_names[i]);
+        }
+    if ((e = pk_finish_pack(&w, names, datas, lens, n_tok, skipped, n_skipped, &d))) {
+        rc = fail(e, &d, json);
+        goto out_writer;
+    }
+    {
+        double el = k3_now() - t0;
+        int resumed = 0;
+        for (uint32_t s = 0; s < plan.n_shards; s++) resumed += w.resumed[s];
+        double rel = w.qstats.ref2 > 0 ? sqrt(w.qstats.err2 / w.qstats.ref2) : 0;
+        if (json) {
+            printf("{\"schema\":1,\"type\":\"summary\",\"shards\":%u,\"resumed\":%d,\"pack_bytes\":%" PRIu64
+                   ",\"checkpoint_bytes\":%" PRIu64 ",\"skipped\":%zu,\"seconds\":%.3f,\"peak_rss\":%" PRIu64,
+                   plan.n_shards, resumed, plan.total_bytes, plan.src_bytes, n_skipped, el, k3_peak_rss_bytes());
+            if (plan.quantize)
+                printf(",\"quantization\":{\"rule\":\"ocp-floor-rne-sat\",\"elements\":%" PRIu64
+                       ",\"relative_rmse\":%.6g,\"saturated\":%" PRIu64 "}", w.qstats.n, rel, w.qstats.saturated);
+            printf("}\n");
+        } else if (k3_log_level() >= K3_LOG_NORMAL) {
+            char hb[24], hr[24];
+            fprintf(stderr, "k3pack: wrote '%s': %u shards (%d resumed), %s in %.1f s (%s/s), %zu vision tensors skipped\n",
+                    out, plan.n_shards, resumed, k3_human_bytes((double)plan.total_bytes, hb, sizeof hb), el,
+                    k3_human_bytes(el > 0 ? (double)plan.src_bytes / el : 0, hr, sizeof hr), n_skipped);
+            if (plan.quantize)
+                fprintf(stderr, "k3pack: quantized %" PRIu64 " expert weights to MXFP4: relative RMS error %.4f, "
+                        "%" PRIu64 " saturated\n", w.qstats.n, rel, w.qstats.saturated);
+        }
+    }
+out_writer:
+    pk_writer_free(&w);
+out_lock:
+    if (rc == K3_EXIT_OK) {
+        char lp[4096];
+        if (k3_path_join(lp, sizeof lp, out, PK_LOCK, NULL) == K3_OK) unlink(lp);
+    }
+    if (lock_fd >= 0) close(lock_fd);
+out_plan:
+    pk_plan_free(&plan);
+out_src:
+    for (int i = 0; i < PK_MAX_TOK; i++) free(tok_data[i]);
+    if (!archive) free(skipped);
+    k3_ckpt_match_free(&match);
+    if (archive) pk_archive_close(&ar);
+    else k3_st_close(&ck);
+    return rc;
 }

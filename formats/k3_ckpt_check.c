@@ -1,0 +1,118 @@
+/* k3_ckpt_check.c - match a checkpoint's tensors against its config. */
+#include "k3_ckpt_check.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "k3_log.h"
+
+#define K3_NAME_MAX 4096   /* longest expected tensor name we build */
+
+int k3_is_vision_tensor(const char *name)
+{
+    static const char *const pfx[] = {"vision_tower.", "mm_projector.", "language_model.vision_tower.",
+                                      "multi_modal_projector.", "model.vision_tower.", "model.mm_projector."};
+    for (size_t i = 0; i < sizeof pfx / sizeof pfx[0]; i++)
+        if (strncmp(name, pfx[i], strlen(pfx[i])) == 0) return 1;
+    return 0;
+}
+
+static void shape_str(const uint64_t *shape, int rank, char *out, size_t cap)
+{
+    size_t o = 0;
+    o += (size_t)snprintf(out + o, cap - o, "[");
+    for (int i = 0; i < rank && o < cap; i++)
+        o += (size_t)snprintf(out + o, cap - o, "%s%llu", i ? ", " : "", (unsigned long long)shape[i]);
+    if (o < cap) snprintf(out + o, cap - o, "]");
+}
+
+typedef struct report {
+    k3_problem_fn fn;
+    void *ctx;
+    char first[K3_DIAG_MAX];
+    size_t count;
+} report;
+
+static void problem(report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void problem(report *r, const char *fmt, ...)
+{
+    char msg[K3_DIAG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (!r->count++) memcpy(r->first, msg, sizeof msg);
+    if (r->fn) r->fn(r->ctx, msg);
+}
+
+k3_err k3_ckpt_match_config(const k3_st_ckpt *ck, const k3_config *cfg, const k3_xlist *xl,
+                            k3_problem_fn fn, void *ctx, k3_ckpt_match *out, k3_diag *d)
+{
+    memset(out, 0, sizeof *out);
+    report r = {fn, ctx, "", 0};
+    const char *prefix = k3_config_prefix(cfg);
+    out->src = calloc(xl->n + 1, sizeof *out->src);            /* [xl->n] */
+    uint8_t *used = calloc(ck->n_tensors + 1, 1);               /* [ck->n_tensors] */
+    out->skipped = calloc(ck->n_tensors + 1, sizeof *out->skipped);
+    char *name = malloc(strlen(prefix) + K3_NAME_MAX + 1);
+    if (!out->src || !used || !out->skipped || !name) {
+        free(used);
+        free(name);
+        k3_ckpt_match_free(out);
+        return k3_fail(d, K3_ERR_NOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < xl->n; i++) {
+        const k3_xtensor *x = &xl->t[i];
+        char esc[300];
+        snprintf(name, strlen(prefix) + K3_NAME_MAX + 1, "%s%s", prefix, x->name);
+        k3_escape(name, strlen(name), esc, sizeof esc);
+        const k3_st_tensor *t = k3_st_find(ck, name);
+        if (!t) {
+            out->n_missing++;
+            problem(&r, "tensor '%s' is missing", esc);
+            continue;
+        }
+        used[t - ck->tensors] = 1;
+        int shape_ok = t->rank == x->rank && !memcmp(t->shape, x->shape, x->rank * sizeof x->shape[0]);
+        if (x->flags & K3_XT_ANY_SHAPE) shape_ok = t->numel == x->numel;
+        if (t->dtype != x->dtype || !shape_ok) {
+            char ws[96], gs[96];
+            shape_str(x->shape, x->rank, ws, sizeof ws);
+            shape_str(t->shape, t->rank, gs, sizeof gs);
+            out->n_mismatch++;
+            problem(&r, "tensor '%s' in '%s' is %s %s, the config needs %s %s", esc, ck->files[t->file].name,
+                    k3_dtype_name((k3_dtype)t->dtype), gs, k3_dtype_name((k3_dtype)x->dtype), ws);
+            continue;
+        }
+        out->src[i] = t;
+    }
+    for (size_t j = 0; j < ck->n_tensors; j++) {
+        if (used[j]) continue;
+        const k3_st_tensor *t = &ck->tensors[j];
+        if (k3_is_vision_tensor(t->name)) {
+            out->skipped[out->n_skipped++] = j;
+            continue;
+        }
+        char esc[300];
+        out->n_unexpected++;
+        problem(&r, "tensor '%s' in '%s' is not part of the model config.json describes",
+                k3_escape(t->name, t->name_len, esc, sizeof esc), ck->files[t->file].name);
+    }
+    free(used);
+    free(name);
+    if (r.count)
+        return k3_fail(d, K3_ERR_MODEL, "checkpoint does not match its config: %zu missing, %zu wrong dtype or "
+                       "shape, %zu unexpected; first: %s", out->n_missing, out->n_mismatch, out->n_unexpected,
+                       r.first);
+    return K3_OK;
+}
+
+void k3_ckpt_match_free(k3_ckpt_match *m)
+{
+    free(m->src);
+    free(m->skipped);
+    m->src = NULL;
+    m->skipped = NULL;
+}

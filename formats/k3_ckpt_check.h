@@ -1,0 +1,42 @@
+/*
+ * k3_ckpt_check.h - does a safetensors checkpoint hold exactly the tensors
+ * its config.json describes? Used by k3pack before anything is written and by
+ * `k3verify --checkpoint`.
+ *
+ * Every expected tensor (k3_expected_tensors) must be present under
+ * prefix + name with the expected dtype and shape (or numel, for the tensors
+ * flagged K3_XT_ANY_SHAPE). Vision tensors (vision_tower.*, mm_projector.*,
+ * with or without a prefix) are skipped. Anything else is unexpected.
+ */
+#ifndef K3_CKPT_CHECK_H
+#define K3_CKPT_CHECK_H
+
+#include <stddef.h>
+
+#include "k3_config.h"
+#include "k3_error.h"
+#include "safetensors.h"
+
+typedef struct k3_ckpt_match {
+    const k3_st_tensor **src;   /* [xlist.n] source tensor of each expected tensor */
+    size_t *skipped;            /* [n_skipped] indices into ckpt->tensors (vision) */
+    size_t n_skipped;
+    size_t n_missing, n_mismatch, n_unexpected;
+} k3_ckpt_match;
+
+/* One line per problem, e.g. "tensor 'x' is missing"; ctx is passed through. */
+typedef void (*k3_problem_fn)(void *ctx, const char *msg);
+
+/* 1 if name (full checkpoint name) belongs to the vision tower. */
+int k3_is_vision_tensor(const char *name);
+
+/*
+ * Match ck against xl. Reports each problem through fn (may be NULL). Returns
+ * K3_ERR_MODEL if anything is missing, mismatched or unexpected (the message
+ * in d summarises the counts and names the first problem), K3_OK otherwise.
+ */
+k3_err k3_ckpt_match_config(const k3_st_ckpt *ck, const k3_config *cfg, const k3_xlist *xl,
+                            k3_problem_fn fn, void *ctx, k3_ckpt_match *out, k3_diag *d);
+void k3_ckpt_match_free(k3_ckpt_match *m);
+
+#endif

@@ -1,0 +1,169 @@
+/*
+ * pack.h - k3pack's internal model: the plan (which checkpoint tensor goes to
+ * which shard, entry and record, and how), the shard writer, the sources.
+ *
+ * The plan depends only on config.json and the expert mode, never on the
+ * source's file layout, so the same checkpoint gives the same pack from a
+ * directory, a single file or an archive.
+ */
+#ifndef K3PACK_PACK_H
+#define K3PACK_PACK_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "k3_config.h"
+#include "k3_error.h"
+#include "k3_file.h"
+#include "k3_manifest.h"
+#include "k3_pack_hash.h"
+#include "k3_progress.h"
+#include "k3_shard.h"
+#include "quant_mxfp4.h"
+#include "safetensors.h"
+
+/* ------------------------------------------------------------------- plan */
+
+typedef enum { PK_EXPERTS_AUTO, PK_EXPERTS_MXFP4, PK_EXPERTS_BF16 } pk_expert_mode;
+typedef enum { PK_COPY, PK_QUANT } pk_op;
+
+/* One checkpoint tensor and where it goes. */
+typedef struct pk_item {
+    char *src_name;           /* full checkpoint name (with prefix) */
+    uint32_t shard;           /* index into plan.shards */
+    uint32_t entry;           /* entry (trunk) or part (experts) index; PK_QUANT: the packed
+                                 part, the scale part is entry + 1 */
+    uint64_t record;          /* expert id for expert shards, else 0 */
+    pk_op op;
+    uint64_t src_bytes;       /* bytes the checkpoint holds */
+    uint64_t rows, cols;      /* PK_QUANT: the BF16 matrix shape */
+    uint64_t dst_off;         /* absolute offset of its (first) output part in the shard */
+    uint8_t src_dtype;        /* k3_dtype expected in the checkpoint */
+    uint8_t src_rank;
+    uint8_t any_shape;        /* K3_XT_ANY_SHAPE: any shape with the same numel */
+    uint64_t src_shape[4];    /* expected checkpoint shape */
+} pk_item;
+
+typedef struct pk_shard {
+    char name[64];
+    int64_t layer;            /* -1 for embed and head */
+    k3_shard_header h;        /* laid out, ready to encode */
+    size_t first_item, n_items;  /* items[first .. first+n) in output offset order */
+} pk_shard;
+
+typedef struct pk_plan {
+    k3_config cfg;
+    char *config_text;        /* config.json bytes, verbatim */
+    size_t config_len;
+    pk_expert_mode experts;   /* resolved: MXFP4 or BF16 */
+    int quantize;             /* BF16 checkpoint experts quantized to MXFP4 */
+    pk_shard *shards;         /* [n_shards] in forward order */
+    uint32_t n_shards;
+    pk_item *items;           /* [n_items] shard by shard, in output order */
+    size_t n_items;
+    size_t *by_name;          /* [n_items] item indices sorted by src_name */
+    uint64_t total_bytes;     /* sum of shard sizes */
+    uint64_t src_bytes;       /* sum of checkpoint bytes read */
+} pk_plan;
+
+/* Build the plan from config.json text. MXFP4 checkpoint experts are always
+   kept bit-exact; BF16 ones are kept, or quantized with PK_EXPERTS_MXFP4. */
+k3_err pk_plan_build(pk_plan *p, const char *config_text, size_t config_len, pk_expert_mode mode,
+                     k3_diag *d);
+void pk_plan_free(pk_plan *p);
+/* Find the item of a checkpoint tensor (binary search); NULL if not planned. */
+pk_item *pk_plan_find(const pk_plan *p, const char *src_name);
+/* Check a checkpoint tensor (dtype, shape, size) against its plan item. */
+k3_err pk_item_check(const pk_item *it, const k3_st_tensor *t, const char *file, k3_diag *d);
+/* Print the plan (--dry-run) as text or JSON Lines. */
+void pk_plan_print(const pk_plan *p, FILE *f, int json);
+
+/* ----------------------------------------------------------------- writer */
+
+typedef struct pk_writer {
+    const pk_plan *p;
+    const char *out_dir;
+    int json;                   /* JSON Lines status records on stdout */
+    k3_atomic_file *af;         /* [n_shards] open temporary files (fd -1 when closed) */
+    uint8_t *done;              /* [n_shards] 1 = final file in place and hashed */
+    uint8_t *resumed;           /* [n_shards] 1 = taken over from an earlier run */
+    size_t *remaining;          /* [n_shards] items still to write */
+    k3_shard_hashes *hashes;    /* [n_shards] what the manifest records */
+    k3_quant_stats qstats;
+    uint64_t bytes_done;        /* checkpoint bytes consumed, for progress */
+    k3_progress prog;
+    pthread_mutex_t lock;       /* journal, stats, progress */
+    char fingerprint[33];
+} pk_writer;
+
+/* Per-item state while its bytes arrive (in order, in chunks of any size). */
+typedef struct pk_feed {
+    const pk_item *it;
+    uint64_t got;               /* bytes received */
+    uint8_t *row;               /* PK_QUANT: [cols * 2] one BF16 row being assembled */
+    size_t row_fill;
+    uint8_t *packed;            /* PK_QUANT: [cols / 2] */
+    uint8_t *scales;            /* PK_QUANT: [rows * cols / 32] kept until the end */
+    uint64_t r;                 /* PK_QUANT: rows done */
+} pk_feed;
+
+k3_err pk_writer_init(pk_writer *w, const pk_plan *p, const char *out_dir, int json, k3_diag *d);
+void pk_writer_free(pk_writer *w);
+/* Create the temporary file of shard s, sized, with its header written. */
+k3_err pk_shard_begin(pk_writer *w, uint32_t s, k3_diag *d);
+/* Feed the bytes of one item: begin, data (any chunking), end. */
+k3_err pk_feed_begin(pk_feed *f, const pk_item *it, k3_diag *d);
+k3_err pk_feed_data(pk_writer *w, pk_feed *f, const uint8_t *buf, size_t n, k3_diag *d);
+k3_err pk_feed_end(pk_writer *w, pk_feed *f, k3_diag *d);
+void pk_feed_free(pk_feed *f);
+/* Hash the finished temporary file, commit it under its name, journal it. */
+k3_err pk_shard_finish(pk_writer *w, uint32_t s, k3_diag *d);
+/* Remove every open temporary file (on failure). */
+void pk_writer_abort(pk_writer *w);
+
+/* ------------------------------------------- output directory and journal */
+
+#define PK_JOURNAL ".k3pack.journal"
+#define PK_LOCK ".k3pack.lock"
+
+/* Create (if needed) and lock the output directory; refuse a finished pack
+   (unless force) or a directory with foreign files; clean stale temporaries. */
+k3_err pk_prepare_output(const char *out_dir, int force, int *lock_fd, k3_diag *d);
+k3_err pk_journal_write(pk_writer *w, k3_diag *d);           /* caller holds w->lock */
+/* Take over shards an earlier run finished (journal + header + re-hash). */
+k3_err pk_resume(pk_writer *w, k3_diag *d);
+/* Write tokenizer copies and manifest.json (last), then drop the journal. */
+k3_err pk_finish_pack(pk_writer *w, const char *const *tok_names, char *const *tok_data,
+                      const size_t *tok_len, int n_tok, char *const *skipped, size_t n_skipped,
+                      k3_diag *d);
+
+/* ---------------------------------------------------------------- sources */
+
+/* Copy every planned tensor from an opened checkpoint (directory or file). */
+k3_err pk_pack_from_checkpoint(pk_writer *w, const k3_st_ckpt *ck, int threads, k3_diag *d);
+
+/* Archive input (pack_source_archive.c): one sequential pass over a tar,
+   tar.gz or tar.zst (libarchive), from a file or stdin ("-"). */
+#define PK_MAX_TOK 2
+typedef struct pk_archive {
+    struct archive *a;
+    const char *src;            /* for messages */
+    char *config;               /* config.json text */
+    size_t config_len;
+    char *index;                /* model.safetensors.index.json text, or NULL */
+    size_t index_len;
+    const char *tok_names[PK_MAX_TOK];
+    char *tok_data[PK_MAX_TOK]; /* tokenizer files, or NULL */
+    size_t tok_len[PK_MAX_TOK];
+    char **skipped;             /* [n_skipped] vision tensors met */
+    size_t n_skipped;
+} pk_archive;
+
+/* Open and read entries up to config.json (which must precede the weights). */
+k3_err pk_archive_open(pk_archive *ar, const char *src, k3_diag *d);
+/* Stream the remaining entries into the pack; checks completeness at the end. */
+k3_err pk_archive_pack(pk_archive *ar, pk_writer *w, k3_diag *d);
+void pk_archive_close(pk_archive *ar);
+
+#endif

@@ -1,0 +1,281 @@
+/*
+ * pack_journal.c - the output directory's life cycle: preparing and locking
+ * it, the journal of finished shards (resume after any interruption, even
+ * SIGKILL), and finishing the pack (tokenizer copies, manifest.json last).
+ *
+ * Journal (.k3pack.journal, rewritten crash-safely after every shard):
+ *   {"k3pack_journal": 1, "fingerprint": HEX, "done": [{"name", "size", "xxh3_128"}]}
+ * The fingerprint covers config.json, the expert handling and the format
+ * version: a journal from another checkpoint or other options is refused.
+ */
+#include "pack.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "k3_log.h"
+
+static int is_pack_file(const char *n)
+{
+    size_t l = strlen(n);
+    return (l > 4 && !strcmp(n + l - 4, ".k3s") && (!strncmp(n, "trunk-", 6) || !strncmp(n, "experts-", 8))) ||
+           !strcmp(n, K3_MANIFEST_NAME) || !strcmp(n, "tiktoken.model") || !strcmp(n, "tokenizer_config.json") ||
+           !strcmp(n, PK_JOURNAL) || !strcmp(n, PK_LOCK) || (n[0] == '.' && strstr(n, ".k3tmp-"));
+}
+
+k3_err pk_prepare_output(const char *out, int force, int *lock_fd, k3_diag *d)
+{
+    struct stat st;
+    if (stat(out, &st) != 0) {
+        if (errno != ENOENT) return k3_fail(d, K3_ERR_IO, "cannot access '%s': %s", out, strerror(errno));
+        if (mkdir(out, 0755) != 0) return k3_fail(d, K3_ERR_IO, "cannot create '%s': %s", out, strerror(errno));
+    } else if (!S_ISDIR(st.st_mode)) {
+        return k3_fail(d, K3_ERR_USAGE, "'%s' exists and is not a directory", out);
+    }
+    k3_err e = k3_lock_dir(out, PK_LOCK, lock_fd, d);
+    if (e) return e;
+    DIR *dh = opendir(out);
+    if (!dh) return k3_fail(d, K3_ERR_IO, "cannot list '%s': %s", out, strerror(errno));
+    int finished = 0, foreign = 0;
+    char first_foreign[256] = "";
+    struct dirent *de;
+    while ((de = readdir(dh))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+        if (!strcmp(de->d_name, K3_MANIFEST_NAME)) finished = 1;
+        if (!is_pack_file(de->d_name) && !foreign++)
+            k3_escape(de->d_name, strlen(de->d_name), first_foreign, sizeof first_foreign);
+    }
+    closedir(dh);
+    if (foreign)
+        return k3_fail(d, K3_ERR_USAGE, "'%s' is not empty and not a k3pack output (it holds '%s'); "
+                       "choose a new or empty directory", out, first_foreign);
+    if (finished && !force)
+        return k3_fail(d, K3_ERR_USAGE, "'%s' already holds a finished pack; use --force to replace it", out);
+    if (finished) {
+        /* --force: the pack becomes unfinished first, then every file of it goes */
+        char p[4096];
+        if ((e = k3_path_join(p, sizeof p, out, K3_MANIFEST_NAME, d))) return e;
+        if (unlink(p) != 0) return k3_fail(d, K3_ERR_IO, "cannot remove '%s': %s", p, strerror(errno));
+        if ((e = k3_fsync_dir(out, d))) return e;
+        dh = opendir(out);
+        while (dh && (de = readdir(dh)))
+            if (is_pack_file(de->d_name) && strcmp(de->d_name, PK_LOCK) && de->d_name[0] != '.' &&
+                k3_path_join(p, sizeof p, out, de->d_name, NULL) == K3_OK)
+                unlink(p);
+        if (dh) closedir(dh);
+        if ((e = k3_path_join(p, sizeof p, out, PK_JOURNAL, d))) return e;
+        unlink(p);
+    }
+    int n = k3_remove_stale_tmp(out);
+    if (n) k3_info("removed %d temporary file%s left by an interrupted run", n, n == 1 ? "" : "s");
+    return K3_OK;
+}
+
+k3_err pk_journal_write(pk_writer *w, k3_diag *d)
+{
+    json_t *root = json_object(), *done = json_array();
+    json_object_set_new(root, "k3pack_journal", json_integer(1));
+    json_object_set_new(root, "fingerprint", json_string(w->fingerprint));
+    for (uint32_t s = 0; s < w->p->n_shards; s++) {
+        if (!w->done[s]) continue;
+        char hex[33];
+        k3_hex128(w->hashes[s].file, hex);
+        json_t *o = json_object();
+        json_object_set_new(o, "name", json_string(w->p->shards[s].name));
+        json_object_set_new(o, "size", json_integer((json_int_t)w->p->shards[s].h.file_size));
+        json_object_set_new(o, "xxh3_128", json_string(hex));
+        json_array_append_new(done, o);
+    }
+    json_object_set_new(root, "done", done);
+    char *text = json_dumps(root, JSON_INDENT(1));
+    json_decref(root);
+    if (!text) return k3_fail(d, K3_ERR_NOMEM, "out of memory");
+    k3_err e = k3_atomic_write_file(w->out_dir, PK_JOURNAL, text, strlen(text), d);
+    free(text);
+    return e;
+}
+
+/* Does the shard file on disk hold exactly the planned header, and the hash
+   the journal recorded? On success its hashes are in w->hashes[s]. */
+static int take_over(pk_writer *w, uint32_t s, const k3_h128 *want)
+{
+    const pk_shard *sh = &w->p->shards[s];
+    char path[4096];
+    if (k3_path_join(path, sizeof path, w->out_dir, sh->name, NULL)) return 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    int ok = 0;
+    uint8_t *img = NULL, *disk = NULL;
+    size_t len;
+    k3_diag d;
+    struct stat st;
+    if (fstat(fd, &st) == 0 && (uint64_t)st.st_size == sh->h.file_size &&
+        k3_shard_encode((k3_shard_header *)&sh->h, &img, &len, &d) == K3_OK && (disk = malloc(len)) &&
+        k3_pread_full(fd, disk, len, 0, path, &d) == K3_OK && !memcmp(img, disk, len) &&
+        k3_shard_hash(fd, path, &sh->h, 8u << 20, 1, NULL, NULL, &w->hashes[s], &d) == K3_OK) {
+        ok = w->hashes[s].file.lo == want->lo && w->hashes[s].file.hi == want->hi &&
+             w->hashes[s].bad_padding == UINT64_MAX;
+        if (!ok) k3_shard_hashes_free(&w->hashes[s]);
+    }
+    free(img);
+    free(disk);
+    close(fd);
+    return ok;
+}
+
+k3_err pk_resume(pk_writer *w, k3_diag *d)
+{
+    char path[4096], *text;
+    size_t len;
+    k3_err e = k3_path_join(path, sizeof path, w->out_dir, PK_JOURNAL, d);
+    if (e) return e;
+    e = k3_read_file(path, 64u << 20, &text, &len, d);
+    if (e == K3_ERR_NOT_FOUND) return K3_OK;
+    if (e) return e;
+    json_error_t je;
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    free(text);
+    json_t *fp = json_object_get(root, "fingerprint"), *done = json_object_get(root, "done");
+    if (!root || !json_is_string(fp) || !json_is_array(done)) {
+        json_decref(root);
+        k3_warn("ignoring the damaged journal '%s'; starting over", path);
+        return K3_OK;
+    }
+    if (strcmp(json_string_value(fp), w->fingerprint)) {
+        json_decref(root);
+        return k3_fail(d, K3_ERR_USAGE, "'%s' holds an unfinished pack of another checkpoint or other options; "
+                       "remove it or choose another output directory", w->out_dir);
+    }
+    size_t i;
+    json_t *o;
+    int n = 0;
+    json_array_foreach(done, i, o) {
+        const char *name = json_string_value(json_object_get(o, "name"));
+        k3_h128 h;
+        if (!name || k3_parse_hex128(json_string_value(json_object_get(o, "xxh3_128")), &h)) continue;
+        for (uint32_t s = 0; s < w->p->n_shards; s++) {
+            if (strcmp(name, w->p->shards[s].name)) continue;
+            if (take_over(w, s, &h)) {
+                w->done[s] = w->resumed[s] = 1;
+                w->remaining[s] = 0;
+                n++;
+            } else {
+                k3_warn("shard '%s' from the interrupted run does not match its journal entry; writing it again", name);
+            }
+        }
+    }
+    json_decref(root);
+    if (n) k3_info("resuming: %d of %u shards already done", n, w->p->n_shards);
+    return K3_OK;
+}
+
+k3_err pk_finish_pack(pk_writer *w, const char *const *tok_names, char *const *tok_data,
+                      const size_t *tok_len, int n_tok, char *const *skipped, size_t n_skipped,
+                      k3_diag *d)
+{
+    const pk_plan *p = w->p;
+    k3_manifest m;
+    memset(&m, 0, sizeof m);
+    k3_err e = K3_OK;
+    json_error_t je;
+    m.format_version = K3_PACK_VERSION;
+    m.generator = "k3pack " K3_VERSION;
+    m.name_prefix = (char *)k3_config_prefix(&p->cfg);
+    m.config = json_loadb(p->config_text, p->config_len, JSON_REJECT_DUPLICATES, &je);
+    if (!m.config) return k3_fail(d, K3_ERR_FORMAT, "config.json: %s", je.text);
+    m.experts_encoding = p->cfg.num_experts ? (p->experts == PK_EXPERTS_MXFP4 ? K3_ENC_MXFP4 : K3_ENC_BF16) : 0;
+    m.experts_quantized = p->quantize;
+    m.quant_rule = p->quantize ? "ocp-floor-rne-sat" : NULL;
+    m.n_files = (uint32_t)n_tok;
+    m.files = calloc((size_t)n_tok + 1, sizeof *m.files);
+    m.n_shards = p->n_shards;
+    m.shards = calloc(p->n_shards, sizeof *m.shards);
+    size_t n_tensors = 0, n_xl = 0;
+    for (uint32_t s = 0; s < p->n_shards; s++) {
+        if (p->shards[s].h.kind == K3_SHARD_TRUNK) n_tensors += p->shards[s].h.n_entries;
+        else n_xl++;
+    }
+    m.tensors = calloc(n_tensors + 1, sizeof *m.tensors);
+    m.expert_layers = calloc(n_xl + 1, sizeof *m.expert_layers);
+    m.skipped = calloc(n_skipped + 1, sizeof *m.skipped);
+    if (!m.files || !m.shards || !m.tensors || !m.expert_layers || !m.skipped) {
+        e = k3_fail(d, K3_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    for (int i = 0; i < n_tok; i++) {
+        if ((e = k3_atomic_write_file(w->out_dir, tok_names[i], tok_data[i], tok_len[i], d))) goto out;
+        m.files[i].name = (char *)tok_names[i];
+        m.files[i].size = tok_len[i];
+        m.files[i].hash = k3_xxh3_128(tok_data[i], tok_len[i]);
+    }
+    for (uint32_t s = 0; s < p->n_shards; s++) {
+        const pk_shard *sh = &p->shards[s];
+        const k3_shard_header *h = &sh->h;
+        m.shards[s] = (k3_mf_shard){(char *)sh->name, h->kind, sh->layer, h->file_size, 0, w->hashes[s].file};
+        uint8_t *img;
+        size_t len;
+        if ((e = k3_shard_encode((k3_shard_header *)h, &img, &len, d))) goto out;
+        free(img);
+        m.shards[s].header_hash = h->header_hash;
+        if (h->kind == K3_SHARD_TRUNK) {
+            for (uint32_t i = 0; i < h->n_entries; i++) {
+                k3_mf_tensor *t = &m.tensors[m.n_tensors++];
+                const k3_shard_entry *en = &h->entries[i];
+                t->name = strndup(en->name, en->name_len);
+                t->encoding = en->encoding;
+                t->ndim = en->ndim;
+                memcpy(t->shape, en->shape, sizeof t->shape);
+                t->shard = s;
+                t->offset = en->offset;
+                t->size = en->size;
+                t->hash = w->hashes[s].entry[i];
+            }
+        } else {
+            k3_mf_experts *x = &m.expert_layers[m.n_expert_layers++];
+            x->layer = (uint32_t)sh->layer;
+            x->shard = s;
+            x->count = h->n_records;
+            x->offset = h->data_offset;
+            x->stride = h->record_stride;
+            x->record_size = h->record_size;
+            x->n_parts = h->n_entries;
+            for (uint32_t i = 0; i < h->n_entries && i < K3_MAX_RECORD_PARTS; i++) {
+                const k3_shard_entry *en = &h->entries[i];
+                x->parts[i] = (k3_mf_part){strndup(en->name, en->name_len), en->encoding, en->ndim, {0}, en->offset, en->size};
+                memcpy(x->parts[i].shape, en->shape, sizeof x->parts[i].shape);
+            }
+            x->hashes = w->hashes[s].record;
+        }
+    }
+    for (size_t i = 0; i < n_skipped; i++) {
+        m.skipped[i].name = (char *)skipped[i];
+        m.skipped[i].reason = "vision";
+    }
+    m.n_skipped = (uint32_t)n_skipped;
+    char *text;
+    size_t len;
+    if ((e = k3_manifest_dump(&m, &text, &len, d))) goto out;
+    e = k3_atomic_write_file(w->out_dir, K3_MANIFEST_NAME, text, len, d);
+    free(text);
+    if (!e) {
+        char jp[4096];
+        if (k3_path_join(jp, sizeof jp, w->out_dir, PK_JOURNAL, NULL) == K3_OK) unlink(jp);
+    }
+out:
+    for (uint32_t i = 0; i < m.n_tensors; i++) free(m.tensors[i].name);
+    for (uint32_t i = 0; i < m.n_expert_layers; i++)
+        for (uint32_t k = 0; k < m.expert_layers[i].n_parts; k++) free(m.expert_layers[i].parts[k].name);
+    json_decref(m.config);
+    free(m.files);
+    free(m.shards);
+    free(m.tensors);
+    free(m.expert_layers);
+    free(m.skipped);
+    return e;
+}

@@ -1,0 +1,96 @@
+/*
+ * pack_source_dir.c - k3pack from a checkpoint directory or a single
+ * .safetensors file: shards are written one after another (or several at once
+ * with --threads), each tensor read with pread in chunks of PK_CHUNK bytes, so
+ * memory stays bounded whatever the checkpoint's size.
+ */
+#include "pack.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "k3_log.h"
+
+#define PK_CHUNK (8u << 20)
+
+static k3_err write_shard(pk_writer *w, const k3_st_ckpt *ck, const int *fds, uint32_t s, uint8_t *buf,
+                          k3_diag *d)
+{
+    const pk_shard *sh = &w->p->shards[s];
+    k3_err e = pk_shard_begin(w, s, d);
+    if (e) return e;
+    for (size_t i = 0; i < sh->n_items && !e; i++) {
+        const pk_item *it = &w->p->items[sh->first_item + i];
+        const k3_st_tensor *t = k3_st_find(ck, it->src_name);
+        if (!t || t->nbytes != it->src_bytes) {
+            e = k3_fail(d, K3_ERR_INTERNAL, "tensor '%s' vanished from the checkpoint", it->src_name);
+            break;
+        }
+        const k3_st_file *f = &ck->files[t->file];
+        int fd = fds[t->file];
+        posix_fadvise(fd, (off_t)t->offset, (off_t)t->nbytes, POSIX_FADV_SEQUENTIAL);
+        pk_feed feed;
+        if ((e = pk_feed_begin(&feed, it, d))) break;
+        for (uint64_t pos = 0; pos < t->nbytes && !e;) {
+            size_t n = (size_t)(t->nbytes - pos < PK_CHUNK ? t->nbytes - pos : PK_CHUNK);
+            e = k3_pread_full(fd, buf, n, t->offset + pos, f->path, d);
+            if (!e) e = pk_feed_data(w, &feed, buf, n, d);
+            /* the checkpoint is read once: keep it out of the page cache */
+            posix_fadvise(fd, (off_t)(t->offset + pos), (off_t)n, POSIX_FADV_DONTNEED);
+            pos += n;
+        }
+        if (!e) e = pk_feed_end(w, &feed, d);
+        pk_feed_free(&feed);
+    }
+    if (e) {
+        k3_atomic_abort(&w->af[s]);
+        return e;
+    }
+    return pk_shard_finish(w, s, d);
+}
+
+k3_err pk_pack_from_checkpoint(pk_writer *w, const k3_st_ckpt *ck, int threads, k3_diag *d)
+{
+    int *fds = malloc((ck->n_files + 1) * sizeof *fds);         /* [n_files] */
+    if (!fds) return k3_fail(d, K3_ERR_NOMEM, "out of memory");
+    k3_err e = K3_OK;
+    for (size_t i = 0; i < ck->n_files; i++) fds[i] = -1;
+    for (size_t i = 0; i < ck->n_files && !e; i++) {
+        fds[i] = open(ck->files[i].path, O_RDONLY | O_CLOEXEC);
+        if (fds[i] < 0) e = k3_fail(d, K3_ERR_IO, "cannot open '%s': %s", ck->files[i].path, strerror(errno));
+    }
+    if (threads < 1) threads = 1;
+    k3_diag first = {0};
+    int failed = 0;
+    if (!e) {
+#pragma omp parallel num_threads(threads)
+        {
+            uint8_t *buf = malloc(PK_CHUNK);                     /* [PK_CHUNK] read buffer, per thread */
+#pragma omp for schedule(dynamic, 1)
+            for (uint32_t s = 0; s < w->p->n_shards; s++) {
+                int stop;
+#pragma omp atomic read
+                stop = failed;
+                if (stop || w->done[s]) continue;
+                k3_diag dd;
+                k3_err es = buf ? write_shard(w, ck, fds, s, buf, &dd) : k3_fail(&dd, K3_ERR_NOMEM, "out of memory");
+                if (es) {
+#pragma omp critical(pk_first_error)
+                    if (!failed) {
+                        first = dd;
+                        failed = 1;
+                    }
+                }
+            }
+            free(buf);
+        }
+        if (failed) e = k3_fail(d, first.code, "%s", first.msg);
+    }
+    for (size_t i = 0; i < ck->n_files; i++)
+        if (fds[i] >= 0) close(fds[i]);
+    free(fds);
+    return e;
+}
