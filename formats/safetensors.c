@@ -269,11 +269,27 @@ void k3_st_header_free(k3_st_header *h)
     memset(h, 0, sizeof *h);
 }
 
+/*
+ * jansson's message with its quoted token escaped: "duplicate object key near
+ * '"a"'" keeps its own outer quotes; the token (untrusted text) is escaped.
+ */
+static const char *json_text(const json_error_t *je, char *out, size_t cap)
+{
+    const char *near = strstr(je->text, " near '");
+    size_t n = strlen(je->text);
+    if (!near || n < 2 || je->text[n - 1] != '\'') return k3_escape(je->text, n, out, cap);
+    size_t head = (size_t)(near - je->text) + 7;          /* through "near '" */
+    char tok[160];
+    k3_escape(je->text + head, n - head - 1, tok, sizeof tok);
+    snprintf(out, cap, "%.*s%s'", (int)head, je->text, tok);
+    return out;
+}
+
 static k3_err json_failure(const json_error_t *je, const char *dn, const char *what,
                            uint64_t base, k3_diag *d)
 {
-    esc_buf b;
-    const char *txt = esc0(&b, je->text);
+    char b[240];
+    const char *txt = json_text(je, b, sizeof b);
     uint64_t at = base + (uint64_t)(je->position > 0 ? je->position : 0);
     switch (json_error_code(je)) {
     case json_error_duplicate_key:
