@@ -1,0 +1,423 @@
+/*
+ * test_verify.c - k3verify on a synthetic pack (test_verify_mkpack.h): OK on
+ * the clean pack, then one damage at a time, each must give exit 1 and name
+ * the shard and the tensor or expert; --quick, --subset, --json, -q,
+ * --threads, usage errors and exit codes. Runs the real binary
+ * (<build>/bin/k3verify, or $K3_VERIFY_BIN).
+ *
+ * Also a pack generator for benchmarks and manual tests:
+ *     test_verify --make-pack DIR [LAYERS EXPERTS HIDDEN INTER]
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "k3_file.h"
+#include "k3_hash.h"
+#include "k3_manifest.h"
+#include "k3_test.h"
+#include "test_verify_mkpack.h"
+
+static char g_bin[4096];
+static char g_root[4096];
+static char *g_out, *g_err;    /* stdout and stderr of the last run */
+
+static void find_binary(void)
+{
+    const char *env = getenv("K3_VERIFY_BIN");
+    if (env && *env) {
+        snprintf(g_bin, sizeof g_bin, "%s", env);
+    } else {
+        char exe[4096];
+        ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+        REQUIRE(n > 0);
+        exe[n] = '\0';
+        snprintf(g_bin, sizeof g_bin, "%s/../bin/k3verify", dirname(exe));
+    }
+    if (access(g_bin, X_OK) != 0) {
+        fprintf(stderr, "k3verify binary not found at '%s' (build it, or set K3_VERIFY_BIN)\n", g_bin);
+        exit(1);
+    }
+}
+
+/* Run k3verify ARGS; returns the exit code, output in g_out / g_err. */
+static int run(const char *args)
+{
+    char cmd[16384];
+    snprintf(cmd, sizeof cmd, "K3_NO_PROGRESS=1 '%s' %s >'%s/out.txt' 2>'%s/err.txt'", g_bin, args, g_root, g_root);
+    int st = system(cmd);
+    free(g_out);
+    free(g_err);
+    char p[4200];
+    k3_diag d;
+    snprintf(p, sizeof p, "%s/out.txt", g_root);
+    REQUIRE(k3_read_file(p, 1u << 26, &g_out, NULL, &d) == K3_OK);
+    snprintf(p, sizeof p, "%s/err.txt", g_root);
+    REQUIRE(k3_read_file(p, 1u << 26, &g_err, NULL, &d) == K3_OK);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static int run_dir(const char *opts, const char *dir)
+{
+    char args[8192];
+    snprintf(args, sizeof args, "%s '%s'", opts, dir);
+    return run(args);
+}
+
+#define CHECK_OUT(s) CHECK_MSG(strstr(g_out, (s)) != NULL, "stdout lacks \"%s\":\n%s", (s), g_out)
+#define CHECK_NOT_OUT(s) CHECK_MSG(strstr(g_out, (s)) == NULL, "stdout has \"%s\":\n%s", (s), g_out)
+#define CHECK_ERR(s) CHECK_MSG(strstr(g_err, (s)) != NULL, "stderr lacks \"%s\":\n%s", (s), g_err)
+#define CHECK_EXIT(got, want) CHECK_MSG((got) == (want), "exit %d, expected %d; stdout:\n%s\nstderr:\n%s", \
+                                        (got), (want), g_out, g_err)
+
+/* A fresh pack in <root>/<name>; m describes it. */
+static const char *fresh(const char *name, k3_manifest *m)
+{
+    static char dir[4200];
+    char cmd[8500];
+    snprintf(dir, sizeof dir, "%s/%s", g_root, name);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    REQUIRE(system(cmd) == 0);
+    k3tp_opts o = k3tp_small();
+    k3_diag d;
+    k3_err e = k3tp_write(dir, &o, m, &d);
+    CHECK_MSG(e == K3_OK, "writing the pack: %s", d.msg);
+    REQUIRE(e == K3_OK);
+    return dir;
+}
+
+static void flip(const char *dir, const char *file, uint64_t off, int bit)
+{
+    char p[8200];
+    snprintf(p, sizeof p, "%s/%s", dir, file);
+    int fd = open(p, O_RDWR);
+    REQUIRE(fd >= 0);
+    uint8_t b;
+    REQUIRE(pread(fd, &b, 1, (off_t)off) == 1);
+    b ^= (uint8_t)(1u << bit);
+    REQUIRE(pwrite(fd, &b, 1, (off_t)off) == 1);
+    close(fd);
+}
+
+static void put_file(const char *dir, const char *file, const char *text)
+{
+    k3_diag d;
+    REQUIRE(k3tp_write_file(dir, file, text, strlen(text), &d) == K3_OK);
+}
+
+static const k3_mf_tensor *tensor(const k3_manifest *m, const char *name)
+{
+    for (uint32_t i = 0; i < m->n_tensors; i++)
+        if (!strcmp(m->tensors[i].name, name)) return &m->tensors[i];
+    REQUIRE(0);
+    return NULL;
+}
+
+static int count_lines(const char *s, const char *needle)
+{
+    int n = 0;
+    for (const char *p = s; (p = strstr(p, needle)); p++) n++;
+    return n;
+}
+
+/* ------------------------------------------------------------------ tests */
+
+static void test_clean(void)
+{
+    k3_manifest m;
+    const char *dir = fresh("clean", &m);
+    CHECK_EXIT(run_dir("", dir), 0);
+    CHECK_OUT("manifest.json: OK\n");
+    CHECK_OUT("trunk-embed.k3s: OK\n");
+    CHECK_OUT("trunk-layer-003.k3s: OK\n");
+    CHECK_OUT("experts-layer-001.k3s: OK\n");
+    CHECK_OUT("tiktoken.model: OK\n");
+    CHECK_OUT("tokenizer_config.json: OK\n");
+    CHECK_EQ_U64(count_lines(g_out, ": OK\n"), 1 + m.n_shards + m.n_files);
+    CHECK_ERR("9 shards and 2 files OK");
+    /* -q: nothing on stdout for a clean pack */
+    CHECK_EXIT(run_dir("-q", dir), 0);
+    CHECK_STR(g_out, "");
+    /* manifest order; same output with threads */
+    char *one = NULL;
+    CHECK_EXIT(run_dir("--threads 1", dir), 0);
+    one = k3tp_strdup(g_out);
+    CHECK_EXIT(run_dir("--threads 3", dir), 0);
+    CHECK_STR(g_out, one);
+    free(one);
+    CHECK(strstr(g_out, "trunk-embed.k3s") < strstr(g_out, "trunk-layer-000.k3s"));
+    CHECK(strstr(g_out, "trunk-head.k3s") < strstr(g_out, "experts-layer-001.k3s"));
+    k3_manifest_free(&m);
+}
+
+static void test_expert_bit(void)
+{
+    k3_manifest m;
+    const char *dir = fresh("expert-bit", &m);
+    const k3_mf_experts *x = &m.expert_layers[0];            /* layer 1 */
+    REQUIRE(x->layer == 1);
+    uint64_t off = x->offset + 5 * x->stride + x->parts[4].offset + 17;   /* expert 5, inside w2 */
+    flip(dir, "experts-layer-001.k3s", off, 3);
+    CHECK_EXIT(run_dir("", dir), 1);
+    char want[256];
+    snprintf(want, sizeof want, "experts-layer-001.k3s: FAILED (expert 5 of layer 1, bytes [%llu, %llu): hash mismatch)\n",
+             (unsigned long long)(x->offset + 5 * x->stride), (unsigned long long)(x->offset + 5 * x->stride + x->record_size));
+    CHECK_OUT(want);
+    CHECK_OUT("experts-layer-002.k3s: OK\n");
+    CHECK_ERR("1 of 9 shards FAILED");
+    /* JSON: every line parses, the problem is structured */
+    CHECK_EXIT(run_dir("--json", dir), 1);
+    CHECK_OUT("\"kind\":\"hash\"");
+    CHECK_OUT("\"expert\":5,\"layer\":1");
+    CHECK_OUT("\"type\":\"summary\"");
+    if (access("/usr/bin/python3", X_OK) == 0) {
+        char cmd[8400];
+        snprintf(cmd, sizeof cmd, "/usr/bin/python3 -c 'import json,sys; [json.loads(l) for l in sys.stdin]' <'%s/out.txt'",
+                 g_root);
+        CHECK_MSG(system(cmd) == 0, "--json output does not parse:\n%s", g_out);
+    }
+    /* --quick does not read data: misses the flip */
+    CHECK_EXIT(run_dir("--quick", dir), 0);
+    k3_manifest_free(&m);
+}
+
+static void test_trunk_bit(void)
+{
+    k3_manifest m;
+    const char *dir = fresh("trunk-bit", &m);
+    const k3_mf_tensor *t = tensor(&m, "model.layers.2.self_attn.q_proj.weight");
+    flip(dir, "trunk-layer-002.k3s", t->offset + t->size - 1, 7);
+    CHECK_EXIT(run_dir("-q", dir), 1);
+    char want[256];
+    snprintf(want, sizeof want, "trunk-layer-002.k3s: FAILED (tensor 'model.layers.2.self_attn.q_proj.weight' "
+             "bytes [%llu, %llu): hash mismatch)\n", (unsigned long long)t->offset,
+             (unsigned long long)(t->offset + t->size));
+    CHECK_OUT(want);
+    CHECK_EQ_U64(count_lines(g_out, "\n"), 1);             /* -q: only the failure */
+    k3_manifest_free(&m);
+}
+
+static void test_header_bit(void)
+{
+    k3_manifest m;
+    const char *dir = fresh("header-bit", &m);
+    flip(dir, "trunk-layer-001.k3s", 128 + 64 + 10, 0);      /* second entry's name_offset */
+    CHECK_EXIT(run_dir("", dir), 1);
+    CHECK_OUT("trunk-layer-001.k3s: FAILED (header: header hash mismatch (header damaged); file hash mismatch; "
+              "every tensor matches, so the damage is in the header)\n");
+    CHECK_EXIT(run_dir("--quick", dir), 1);                   /* headers are checked by --quick */
+    CHECK_OUT("trunk-layer-001.k3s: FAILED (header: header hash mismatch");
+    k3_manifest_free(&m);
+}
+
+static void test_padding(void)
+{
+    k3_manifest m;
+    const char *dir = fresh("padding", &m);
+    const k3_mf_experts *x = &m.expert_layers[1];            /* layer 2 */
+    REQUIRE(x->stride > x->record_size);
+    uint64_t off = x->offset + 2 * x->stride + x->record_size + 5;
+    flip(dir, "experts-layer-002.k3s", off, 1);
+    const k3_mf_tensor *t = tensor(&m, "model.layers.0.post_attention_layernorm.weight");   /* F32 [64]: 256 B */
+    uint64_t toff = t->offset + t->size + 100;
+    flip(dir, "trunk-layer-000.k3s", toff, 0);
+    CHECK_EXIT(run_dir("", dir), 1);
+    char want[256];
+    snprintf(want, sizeof want, "experts-layer-002.k3s: FAILED (padding byte at offset %llu is not zero (after the "
+             "record of expert 2 of layer 2))\n", (unsigned long long)off);
+    CHECK_OUT(want);
+    snprintf(want, sizeof want, "trunk-layer-000.k3s: FAILED (padding byte at offset %llu is not zero (after tensor "
+             "'model.layers.0.post_attention_layernorm.weight'))\n", (unsigned long long)toff);
+    CHECK_OUT(want);
+    CHECK_EXIT(run_dir("--json", dir), 1);
+    CHECK_OUT("\"kind\":\"padding\"");
+    k3_manifest_free(&m);
+}
+
+static void test_files(void)
+{
+    k3_manifest m;
+    const char *dir = fresh("files", &m);
+    char p[8200];
+    snprintf(p, sizeof p, "%s/experts-layer-002.k3s", dir);
+    REQUIRE(truncate(p, (off_t)(m.shards[m.n_shards - 2].size - 100)) == 0);
+    snprintf(p, sizeof p, "%s/trunk-head.k3s", dir);
+    REQUIRE(unlink(p) == 0);
+    put_file(dir, "notes.txt", "hello\n");
+    put_file(dir, "bad\nname", "x");
+    put_file(dir, ".trunk-head.k3s.k3tmp-4242", "x");
+    flip(dir, "tiktoken.model", 100, 2);                     /* same size, other bytes */
+    CHECK_EXIT(run_dir("", dir), 1);
+    char want[256];
+    uint64_t sz = m.shards[m.n_shards - 2].size;
+    snprintf(want, sizeof want, "experts-layer-002.k3s: FAILED (size %llu, expected %llu: truncated)\n",
+             (unsigned long long)(sz - 100), (unsigned long long)sz);
+    CHECK_OUT(want);
+    CHECK_OUT("trunk-head.k3s: FAILED (missing)\n");
+    CHECK_OUT("notes.txt: FAILED (not listed in the manifest)\n");
+    CHECK_OUT("bad\\x0aname: FAILED (not listed in the manifest)\n");
+    CHECK_OUT(".trunk-head.k3s.k3tmp-4242: FAILED (unfinished k3pack run");
+    CHECK_OUT("tiktoken.model: FAILED (hash mismatch");
+    CHECK_OUT("tokenizer_config.json: OK\n");
+    CHECK_ERR("2 of 9 shards FAILED, 1 of 2 files FAILED, 2 unlisted files, 1 leftover of an unfinished k3pack run");
+    /* --quick: truncation and missing files are still found, the tokenizer change is not */
+    CHECK_EXIT(run_dir("--quick", dir), 1);
+    CHECK_OUT(want);
+    CHECK_OUT("trunk-head.k3s: FAILED (missing)\n");
+    CHECK_OUT("tiktoken.model: OK\n");
+    k3_manifest_free(&m);
+}
+
+static void test_manifest(void)
+{
+    k3_manifest m;
+    const char *dir = fresh("manifest", &m);
+    flip(dir, "manifest.json", 0, 0);                        /* '{' -> 'z' */
+    CHECK_EXIT(run_dir("", dir), 1);
+    CHECK_OUT("manifest.json: FAILED (invalid JSON");
+    CHECK_ERR("manifest.json FAILED");
+    k3_manifest_free(&m);
+
+    /* one hex digit of a tensor hash: still valid JSON, the tensor is named */
+    dir = fresh("manifest-digit", &m);
+    char p[8200], *text;
+    size_t len;
+    k3_diag d;
+    snprintf(p, sizeof p, "%s/manifest.json", dir);
+    REQUIRE(k3_read_file(p, 1u << 26, &text, &len, &d) == K3_OK);
+    const k3_mf_tensor *t = tensor(&m, "model.layers.3.self_attn.o_proj.weight");
+    char hex[17];
+    k3_hex64(t->hash, hex);
+    char *at = strstr(text, hex);
+    REQUIRE(at);
+    int k = 0;
+    while (at[k] < '0' || at[k] > '9') k++;                  /* a decimal digit: bit 0 keeps it hex */
+    flip(dir, "manifest.json", (uint64_t)(at - text) + (uint64_t)k, 0);
+    free(text);
+    CHECK_EXIT(run_dir("", dir), 1);
+    CHECK_OUT("trunk-layer-003.k3s: FAILED (tensor 'model.layers.3.self_attn.o_proj.weight' bytes [");
+    CHECK_OUT("the file hash matches, so the manifest's tensor hashes are wrong, not the data)");
+
+    /* missing manifest: an unfinished pack; k3pack's lock is named */
+    REQUIRE(unlink(p) == 0);
+    put_file(dir, ".k3pack.lock", "");
+    CHECK_EXIT(run_dir("", dir), 1);
+    CHECK_OUT("manifest.json: FAILED (missing: an unfinished pack");
+    CHECK_OUT(".k3pack.lock: FAILED (unfinished k3pack run");
+    CHECK_NOT_OUT("trunk-embed.k3s");
+    k3_manifest_free(&m);
+}
+
+static void test_disagreement(void)
+{
+    k3_manifest m;
+    const char *dir = fresh("disagree", &m);
+    k3_diag d;
+    /* the manifest's header hash, whole-file hash and a record geometry disagree with the files */
+    m.shards[1].header_hash ^= 1;
+    m.shards[2].hash.lo ^= 1;
+    m.expert_layers[2].stride += 4096;
+    REQUIRE(k3tp_write_manifest(dir, &m, &d) == K3_OK);
+    CHECK_EXIT(run_dir("", dir), 1);
+    CHECK_OUT("trunk-layer-000.k3s: FAILED (header hash ");
+    CHECK_OUT("trunk-layer-001.k3s: FAILED (file hash mismatch, although the header, every tensor and the padding "
+              "match: the manifest's xxh3_128 of this shard may be wrong)\n");
+    CHECK_OUT("experts-layer-003.k3s: FAILED (expert_layers stride is 8192, the header says 4096; the manifest's 8 "
+              "records");
+    CHECK_EXIT(run_dir("--quick", dir), 1);
+    CHECK_OUT("experts-layer-003.k3s: FAILED (expert_layers stride is 8192, the header says 4096)\n");
+    CHECK_OUT("trunk-layer-001.k3s: OK\n");                   /* --quick does not hash */
+    k3_manifest_free(&m);
+}
+
+static void test_subset(void)
+{
+    k3_manifest m;
+    const char *dir = fresh("subset", &m);
+    char *a, *b;
+    CHECK_EXIT(run_dir("--subset 1/2", dir), 0);
+    a = k3tp_strdup(g_out);
+    CHECK_ERR("subset 1/2: 5 of 9 shards checked");
+    CHECK_EXIT(run_dir("--subset 2/2", dir), 0);
+    b = k3tp_strdup(g_out);
+    for (uint32_t i = 0; i < m.n_shards; i++) {
+        char line[128];
+        snprintf(line, sizeof line, "%s: OK\n", m.shards[i].name);
+        int in_a = strstr(a, line) != NULL, in_b = strstr(b, line) != NULL;
+        CHECK_MSG(in_a + in_b == 1, "shard %s: in 1/2 %d, in 2/2 %d", m.shards[i].name, in_a, in_b);
+        CHECK_MSG(in_a == (i % 2 == 0), "shard %u in the wrong subset", i);
+    }
+    CHECK(strstr(a, "tiktoken.model: OK") && strstr(b, "tiktoken.model: OK"));   /* files always */
+    free(a);
+    free(b);
+    k3_manifest_free(&m);
+}
+
+static void test_usage(void)
+{
+    CHECK_EXIT(run(""), 2);
+    CHECK_ERR("missing PACK directory");
+    CHECK_EXIT(run("--subset 3/2 x"), 2);
+    CHECK_EXIT(run("--subset 0/2 x"), 2);
+    CHECK_EXIT(run("--subset 1/ x"), 2);
+    CHECK_EXIT(run("--threads 0 x"), 2);
+    CHECK_EXIT(run("--frobnicate x"), 2);
+    CHECK_EXIT(run("a b"), 2);
+    CHECK_EXIT(run("--checkpoint a b"), 2);
+    CHECK_EXIT(run("--help"), 0);
+    CHECK_OUT("Usage: k3verify");
+    CHECK_OUT("--subset N/T");
+    CHECK_OUT("Exit status");
+    CHECK_EXIT(run("--version"), 0);
+    CHECK_OUT("k3verify ");
+    char args[8300];
+    snprintf(args, sizeof args, "'%s/does-not-exist'", g_root);
+    CHECK_EXIT(run(args), 3);
+    CHECK_ERR("cannot open pack directory");
+}
+
+/* ------------------------------------------------------------------ main */
+
+static int make_pack(int argc, char **argv)
+{
+    k3tp_opts o = k3tp_small();
+    if (argc >= 7) {
+        o.layers = (uint32_t)atoi(argv[3]);
+        o.experts = (uint32_t)atoi(argv[4]);
+        o.hidden = (uint64_t)atoll(argv[5]);
+        o.inter = (uint64_t)atoll(argv[6]);
+        o.vocab = 4 * o.hidden;
+    }
+    k3_diag d;
+    if (k3tp_write(argv[2], &o, NULL, &d)) {
+        fprintf(stderr, "test_verify: %s\n", d.msg);
+        return 1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 3 && !strcmp(argv[1], "--make-pack")) return make_pack(argc, argv);
+    find_binary();
+    snprintf(g_root, sizeof g_root, "%s/verify", k3_test_tmpdir());
+    mkdir(g_root, 0755);
+    test_clean();
+    test_expert_bit();
+    test_trunk_bit();
+    test_header_bit();
+    test_padding();
+    test_files();
+    test_manifest();
+    test_disagreement();
+    test_subset();
+    test_usage();
+    free(g_out);
+    free(g_err);
+    return k3_test_done();
+}

@@ -1,0 +1,286 @@
+/*
+ * test_verify_mkpack.h - write a small but complete synthetic k3 pack
+ * (docs/FORMAT.md) with the library's own writers: k3_shard_init/add/layout/
+ * encode for the shards, k3_manifest_dump for manifest.json. Data are
+ * deterministic pseudo-random bytes, hashes are real, padding is zero, so
+ * k3verify must say OK; tests then damage one thing at a time.
+ *
+ * Layout (k3tp_opts): trunk-embed, trunk-layer-000 .. L-1, trunk-head, and
+ * experts-layer-NNN for every layer >= first_moe; tiktoken.model and
+ * tokenizer_config.json. Trunk tensors mix BF16 and F32 sizes so that there
+ * is padding between tensors; expert records (MXFP4 w1/w3/w2 + E8M0 scales)
+ * are smaller than their 4096-byte stride, so there is record tail padding.
+ *
+ * Header-only (static functions) so any test can include it:
+ *     k3tp_opts o = k3tp_small();
+ *     k3_manifest m;
+ *     REQUIRE(k3tp_write(dir, &o, &m, &d) == K3_OK);   // m describes what was written
+ *     ... k3_manifest_free(&m);
+ */
+#ifndef TEST_VERIFY_MKPACK_H
+#define TEST_VERIFY_MKPACK_H
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "k3_error.h"
+#include "k3_file.h"
+#include "k3_hash.h"
+#include "k3_manifest.h"
+#include "k3_shard.h"
+
+typedef struct k3tp_opts {
+    uint32_t layers;      /* trunk layers */
+    uint32_t first_moe;   /* layers >= first_moe have an expert shard */
+    uint32_t experts;     /* records per expert shard */
+    uint64_t hidden;      /* H: multiple of 32 */
+    uint64_t inter;       /* I: expert width, multiple of 32 */
+    uint64_t vocab;
+    uint64_t seed;
+} k3tp_opts;
+
+/* A pack of about 100 KiB: 4 layers, experts in layers 1..3, 8 experts each. */
+static inline k3tp_opts k3tp_small(void)
+{
+    k3tp_opts o = {4, 1, 8, 64, 32, 48, 1};
+    return o;
+}
+
+static inline uint64_t k3tp_rand(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static inline void k3tp_fill(uint8_t *p, uint64_t n, uint64_t *s)
+{
+    uint64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t v = k3tp_rand(s);
+        memcpy(p + i, &v, 8);
+    }
+    for (; i < n; i++) p[i] = (uint8_t)k3tp_rand(s);
+}
+
+static inline char *k3tp_strdup(const char *s)
+{
+    char *r = malloc(strlen(s) + 1);
+    if (r) strcpy(r, s);
+    return r;
+}
+
+/* Write buf[0, n) to dir/name (plain write; tests need no crash safety). */
+static inline k3_err k3tp_write_file(const char *dir, const char *name, const void *buf, size_t n, k3_diag *d)
+{
+    char path[4096];
+    k3_err e = k3_path_join(path, sizeof path, dir, name, d);
+    if (e) return e;
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return k3_fail(d, K3_ERR_IO, "cannot create '%s': %s", path, strerror(errno));
+    e = k3_write_full(fd, buf, n, path, d);
+    close(fd);
+    return e;
+}
+
+/* Append a shard entry to the manifest's shard list (arrays grown one by one). */
+static inline uint32_t k3tp_add_shard(k3_manifest *m, const char *name, uint32_t kind, int64_t layer)
+{
+    m->shards = realloc(m->shards, (m->n_shards + 1) * sizeof *m->shards);
+    k3_mf_shard *s = &m->shards[m->n_shards];
+    memset(s, 0, sizeof *s);
+    s->name = k3tp_strdup(name);
+    s->kind = kind;
+    s->layer = layer;
+    return m->n_shards++;
+}
+
+/* Lay out, fill, hash and write one shard described by h; fills the manifest's
+   tensors (trunk) or expert layer (experts). */
+static inline k3_err k3tp_emit_shard(const char *dir, k3_manifest *m, uint32_t si, k3_shard_header *h,
+                                     uint64_t *seed, k3_diag *d)
+{
+    k3_err e = k3_shard_layout(h, d);
+    uint8_t *img = NULL;
+    size_t hlen = 0;
+    if (!e) e = k3_shard_encode(h, &img, &hlen, d);
+    if (e) return e;
+    uint8_t *buf = calloc(1, (size_t)h->file_size);       /* [file_size] the whole shard */
+    if (!buf) { free(img); return k3_fail(d, K3_ERR_NOMEM, "out of memory"); }
+    memcpy(buf, img, hlen);
+    free(img);
+    k3_mf_shard *s = &m->shards[si];
+    if (h->kind == K3_SHARD_TRUNK) {
+        m->tensors = realloc(m->tensors, (m->n_tensors + h->n_entries) * sizeof *m->tensors);
+        for (uint32_t i = 0; i < h->n_entries; i++) {
+            const k3_shard_entry *en = &h->entries[i];
+            k3tp_fill(buf + en->offset, en->size, seed);
+            k3_mf_tensor *t = &m->tensors[m->n_tensors++];
+            memset(t, 0, sizeof *t);
+            t->name = malloc(en->name_len + 1);
+            memcpy(t->name, en->name, en->name_len);
+            t->name[en->name_len] = '\0';
+            t->encoding = en->encoding;
+            t->ndim = en->ndim;
+            memcpy(t->shape, en->shape, sizeof t->shape);
+            t->shard = si;
+            t->offset = en->offset;
+            t->size = en->size;
+            t->hash = k3_xxh3_64(buf + en->offset, (size_t)en->size);
+        }
+    } else {
+        m->expert_layers = realloc(m->expert_layers, (m->n_expert_layers + 1) * sizeof *m->expert_layers);
+        k3_mf_experts *x = &m->expert_layers[m->n_expert_layers++];
+        memset(x, 0, sizeof *x);
+        x->layer = h->layer;
+        x->shard = si;
+        x->count = h->n_records;
+        x->offset = h->data_offset;
+        x->stride = h->record_stride;
+        x->record_size = h->record_size;
+        x->n_parts = h->n_entries;
+        for (uint32_t p = 0; p < h->n_entries && p < K3_MAX_RECORD_PARTS; p++) {
+            const k3_shard_entry *en = &h->entries[p];
+            k3_mf_part *pt = &x->parts[p];
+            pt->name = malloc(en->name_len + 1);
+            memcpy(pt->name, en->name, en->name_len);
+            pt->name[en->name_len] = '\0';
+            pt->encoding = en->encoding;
+            pt->ndim = en->ndim;
+            memcpy(pt->shape, en->shape, sizeof pt->shape);
+            pt->offset = en->offset;
+            pt->size = en->size;
+        }
+        x->hashes = malloc((x->count + 1) * sizeof *x->hashes);   /* [count] */
+        for (uint64_t r = 0; r < h->n_records; r++) {
+            uint8_t *rec = buf + h->data_offset + r * h->record_stride;
+            for (uint32_t p = 0; p < h->n_entries; p++)         /* parts only; gaps stay zero */
+                k3tp_fill(rec + h->entries[p].offset, h->entries[p].size, seed);
+            x->hashes[r] = k3_xxh3_64(rec, (size_t)h->record_size);
+        }
+    }
+    s->size = h->file_size;
+    s->header_hash = h->header_hash;
+    s->hash = k3_xxh3_128(buf, (size_t)h->file_size);
+    e = k3tp_write_file(dir, s->name, buf, (size_t)h->file_size, d);
+    free(buf);
+    k3_shard_header_free(h);
+    return e;
+}
+
+/* Write manifest.json for m into dir. */
+static inline k3_err k3tp_write_manifest(const char *dir, const k3_manifest *m, k3_diag *d)
+{
+    char *text;
+    size_t len;
+    k3_err e = k3_manifest_dump(m, &text, &len, d);
+    if (e) return e;
+    e = k3tp_write_file(dir, K3_MANIFEST_NAME, text, len, d);
+    free(text);
+    return e;
+}
+
+/*
+ * Create dir (if needed) and write a pack into it. On success *out (if not
+ * NULL) holds the manifest that was written; free it with k3_manifest_free.
+ */
+static inline k3_err k3tp_write(const char *dir, const k3tp_opts *o, k3_manifest *out, k3_diag *d)
+{
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return k3_fail(d, K3_ERR_IO, "cannot create '%s': %s", dir, strerror(errno));
+    k3_manifest m;
+    memset(&m, 0, sizeof m);
+    m.format_version = K3_PACK_VERSION;
+    m.generator = k3tp_strdup("test_verify_mkpack");
+    m.name_prefix = k3tp_strdup("language_model.");
+    m.config = json_pack("{s:s, s:{s:I, s:I, s:I, s:I}}", "model_type", "synthetic", "text_config", "hidden_size",
+                         (json_int_t)o->hidden, "num_hidden_layers", (json_int_t)o->layers, "num_experts",
+                         (json_int_t)o->experts, "moe_intermediate_size", (json_int_t)o->inter);
+    m.experts_encoding = K3_ENC_MXFP4;
+    uint64_t seed = o->seed ? o->seed : 1;
+    uint64_t H = o->hidden, I = o->inter, V = o->vocab;
+    k3_err e = K3_OK;
+    k3_shard_header h;
+    char name[256], tn[256];
+
+    uint32_t si = k3tp_add_shard(&m, "trunk-embed.k3s", K3_SHARD_TRUNK, -1);
+    k3_shard_init(&h, K3_SHARD_TRUNK, K3_LAYER_NONE, 0);
+    uint64_t s_embed[2] = {V, H};
+    if (!(e = k3_shard_add(&h, "model.embed_tokens.weight", K3_ENC_BF16, 2, s_embed, d)))
+        e = k3tp_emit_shard(dir, &m, si, &h, &seed, d);
+    for (uint32_t L = 0; !e && L < o->layers; L++) {
+        snprintf(name, sizeof name, "trunk-layer-%03u.k3s", L);
+        si = k3tp_add_shard(&m, name, K3_SHARD_TRUNK, L);
+        k3_shard_init(&h, K3_SHARD_TRUNK, L, 0);
+        uint64_t vec[1] = {H}, sq[2] = {H, H}, gate[2] = {o->experts, H}, bias[1] = {o->experts + 3};
+        snprintf(tn, sizeof tn, "model.layers.%u.input_layernorm.weight", L);
+        e = k3_shard_add(&h, tn, K3_ENC_BF16, 1, vec, d);
+        snprintf(tn, sizeof tn, "model.layers.%u.self_attn.q_proj.weight", L);
+        if (!e) e = k3_shard_add(&h, tn, K3_ENC_BF16, 2, sq, d);
+        snprintf(tn, sizeof tn, "model.layers.%u.self_attn.o_proj.weight", L);
+        if (!e) e = k3_shard_add(&h, tn, K3_ENC_BF16, 2, sq, d);
+        snprintf(tn, sizeof tn, "model.layers.%u.post_attention_layernorm.weight", L);
+        if (!e) e = k3_shard_add(&h, tn, K3_ENC_F32, 1, vec, d);
+        if (L >= o->first_moe) {
+            snprintf(tn, sizeof tn, "model.layers.%u.block_sparse_moe.gate.weight", L);
+            if (!e) e = k3_shard_add(&h, tn, K3_ENC_BF16, 2, gate, d);
+            snprintf(tn, sizeof tn, "model.layers.%u.block_sparse_moe.gate.e_score_correction_bias", L);
+            if (!e) e = k3_shard_add(&h, tn, K3_ENC_F32, 1, bias, d);
+        }
+        if (!e) e = k3tp_emit_shard(dir, &m, si, &h, &seed, d);
+    }
+    if (!e) {
+        si = k3tp_add_shard(&m, "trunk-head.k3s", K3_SHARD_TRUNK, -1);
+        k3_shard_init(&h, K3_SHARD_TRUNK, K3_LAYER_NONE, 0);
+        uint64_t vec[1] = {H}, head[2] = {V, H};
+        e = k3_shard_add(&h, "model.norm.weight", K3_ENC_BF16, 1, vec, d);
+        if (!e) e = k3_shard_add(&h, "lm_head.weight", K3_ENC_BF16, 2, head, d);
+        if (!e) e = k3tp_emit_shard(dir, &m, si, &h, &seed, d);
+    }
+    for (uint32_t L = o->first_moe; !e && L < o->layers; L++) {
+        snprintf(name, sizeof name, "experts-layer-%03u.k3s", L);
+        si = k3tp_add_shard(&m, name, K3_SHARD_EXPERTS, L);
+        k3_shard_init(&h, K3_SHARD_EXPERTS, L, o->experts);
+        uint64_t w13[2] = {I, H}, s13[2] = {I, H / 32}, w2[2] = {H, I}, s2[2] = {H, I / 32};
+        e = k3_shard_add(&h, "w1.weight_packed", K3_ENC_MXFP4, 2, w13, d);
+        if (!e) e = k3_shard_add(&h, "w1.weight_scale", K3_ENC_E8M0, 2, s13, d);
+        if (!e) e = k3_shard_add(&h, "w3.weight_packed", K3_ENC_MXFP4, 2, w13, d);
+        if (!e) e = k3_shard_add(&h, "w3.weight_scale", K3_ENC_E8M0, 2, s13, d);
+        if (!e) e = k3_shard_add(&h, "w2.weight_packed", K3_ENC_MXFP4, 2, w2, d);
+        if (!e) e = k3_shard_add(&h, "w2.weight_scale", K3_ENC_E8M0, 2, s2, d);
+        if (!e) e = k3tp_emit_shard(dir, &m, si, &h, &seed, d);
+    }
+    static const char *const tok_names[2] = {"tiktoken.model", "tokenizer_config.json"};
+    static const char tok_config[] = "{\"tokenizer_class\": \"TikTokenTokenizer\"}\n";
+    m.files = calloc(2, sizeof *m.files);
+    for (int i = 0; !e && i < 2; i++) {
+        uint8_t tok[777];
+        const void *p = tok;
+        size_t n = sizeof tok;
+        if (i == 0) {
+            for (size_t k = 0; k < n; k++) tok[k] = (uint8_t)('A' + k3tp_rand(&seed) % 26);
+        } else {
+            p = tok_config;
+            n = sizeof tok_config - 1;
+        }
+        m.files[i].name = k3tp_strdup(tok_names[i]);
+        m.files[i].size = n;
+        m.files[i].hash = k3_xxh3_128(p, n);
+        m.n_files++;
+        e = k3tp_write_file(dir, tok_names[i], p, n, d);
+    }
+    if (!e) e = k3tp_write_manifest(dir, &m, d);
+    if (e || !out) k3_manifest_free(&m);
+    else *out = m;
+    return e;
+}
+
+#endif
