@@ -97,7 +97,7 @@ PRESETS = {
                           q_lora_rank=96, kv_lora_rank=64, qk_nope_head_dim=32, qk_rope_head_dim=16,
                           v_head_dim=32, attn_res_block_size=3, max_position_embeddings=4096,
                           kda_heads=4, kda_head_dim=32),
-                 shards=4, vision_hidden=32),
+                 shards=4, vision_hidden=32, router="grouped"),
     # K3 sparsity: 256 experts, 16 active; experts 8 layers x 256 x 470016 B = 0.96 GB.
     "small": dict(cfg=dict(hidden_size=1024, num_hidden_layers=9, intermediate_size=2048,
                            moe_intermediate_size=512, routed_expert_hidden_size=576, num_experts=256,
@@ -105,7 +105,7 @@ PRESETS = {
                            q_lora_rank=384, kv_lora_rank=256, qk_nope_head_dim=64, qk_rope_head_dim=32,
                            v_head_dim=64, attn_res_block_size=4, max_position_embeddings=65536,
                            kda_heads=8, kda_head_dim=128),
-                  shards=8, vision_hidden=64),
+                  shards=8, vision_hidden=64, router="grouped"),
     # benchmarks only (never in CI): experts 18 layers x 384 x 1.46 MB = 10.1 GB.
     "medium": dict(cfg=dict(hidden_size=2048, num_hidden_layers=19, intermediate_size=4096,
                             moe_intermediate_size=896, routed_expert_hidden_size=1024, num_experts=384,
@@ -113,13 +113,18 @@ PRESETS = {
                             q_lora_rank=512, kv_lora_rank=256, qk_nope_head_dim=64, qk_rope_head_dim=32,
                             v_head_dim=64, attn_res_block_size=6, max_position_embeddings=65536,
                             kda_heads=16, kda_head_dim=128),
-                   shards=12, vision_hidden=64),
+                   shards=12, vision_hidden=64, router="continuous"),
 }
 
-# Generator knobs (see README "Presets" for how they were chosen and measured).
+# Generator knobs (see README "Presets" / "Routing margins" for how they were chosen).
+# Router: "grouped" (default for tiny/small) gives experts in groups of k/2 identical gate
+# rows and one bias per group, so every token picks two whole groups and the top-k boundary
+# always falls between two groups: the selection margin is a gap between group scores, not
+# between neighbouring experts (about 8x rarer near-ties, measured). "continuous" = i.i.d.
+# rows and biases (realistic access pattern; default for the benchmark-only medium preset).
 ROUTER_LOGIT_STD = 1.0      # std of router logits for an RMS-1 input
-BIAS_STD = 0.03             # spread of e_score_correction_bias (before the grid)
-BIAS_GRID = 2.0 ** -7       # bias values are multiples of this (exact in bf16 and f32)
+BIAS_STD = 0.05             # spread of e_score_correction_bias (before the grid)
+BIAS_GRID = 2.0 ** -6       # bias values are multiples of this (coarse, exact in bf16/f32)
 LM_HEAD_LOGIT_STD = 3.0     # std of output logits
 ATTNRES_SCORE_STD = 1.0     # std of AttnRes block scores
 MXFP4_MAG_SIGMA = 1.5       # element magnitudes ~ |N(0, sigma)| rounded to E2M1
@@ -273,7 +278,7 @@ def expert_codes(seed, base, out_dim, in_dim):
     rows = np.arange(nb)
     cur = blk[rows, pos]
     blk[rows, pos] = np.where(hi, (cur & 0x0F) | (nib << 4), (cur & 0xF0) | nib)
-    e0 = 127 + round(math.log2(1.0 / (math.sqrt(in_dim) * ELEM_RMS)))
+    e0 = 127 + math.floor(math.log2(1.0 / (math.sqrt(in_dim) * ELEM_RMS)))   # std <= 1/sqrt(in)
     jit = r.choice(np.array([-1, 0, 0, 1], dtype=np.int64), size=(out_dim, in_dim // 32))
     scales = (e0 + jit).astype(np.uint8)
     return packed.reshape(out_dim, in_dim // 2), scales
@@ -282,7 +287,21 @@ def expert_codes(seed, base, out_dim, in_dim):
 _LAST_CODES = {}   # one-entry cache: weight_packed and weight_scale of a matrix are adjacent
 
 
-def gen_tensor(seed, name, dtype, shape, tc):
+def router_groups(seed, name, tc, router):
+    """Group of each expert of the MoE layer owning `name`: ([E] int group ids, G).
+    grouped: groups of k/2 experts (random members); continuous: one expert per group."""
+    E, k = tc["num_experts"], tc["num_experts_per_token"]
+    gsize = max(1, k // 2) if router == "grouped" else 1
+    if E % gsize:
+        raise ValueError("num_experts must be a multiple of the router group size")
+    layer = name.split("block_sparse_moe.")[0]
+    perm = rng_for(seed, layer + "router_groups").permutation(E)                   # [E]
+    grp = np.empty(E, dtype=np.int64)
+    grp[perm] = np.arange(E) // gsize
+    return grp, E // gsize
+
+
+def gen_tensor(seed, name, dtype, shape, tc, router="grouped"):
     """Content of one tensor as an ndarray of the safetensors dtype (BF16 as uint16 bits)."""
     if ".experts." in name:
         base, leaf = name.rsplit(".", 1)               # base = ...experts.e.wN
@@ -309,7 +328,14 @@ def gen_tensor(seed, name, dtype, shape, tc):
     if name.endswith("o_norm.weight"):
         return r.uniform(0.8, 1.2, size=shape).astype(np.float32)
     if name.endswith("e_score_correction_bias"):     # coarse grid, see README "routing margins"
-        return (np.round(r.standard_normal(shape) * BIAS_STD / BIAS_GRID) * BIAS_GRID).astype(np.float32)
+        grp, G = router_groups(seed, name, tc, router)
+        b = np.round(r.standard_normal(G) * BIAS_STD / BIAS_GRID) * BIAS_GRID     # [G]
+        return b[grp].astype(np.float32)
+    if name.endswith("block_sparse_moe.gate.weight"):
+        grp, G = router_groups(seed, name, tc, router)
+        rows = r.standard_normal((G, shape[1]), dtype=np.float32)                  # [G,D]
+        x = rows[grp] * (ROUTER_LOGIT_STD / math.sqrt(shape[1]))                   # [E,D]
+        return f32_to_bf16(x)
     if name.endswith("_res_proj.weight"):            # AttnRes query = norm.w * proj.w
         x = r.standard_normal(shape) * (ATTNRES_SCORE_STD / math.sqrt(D))
     elif len(shape) == 1 or name.endswith("norm.weight"):   # RMSNorm weights ~ 1
@@ -318,8 +344,6 @@ def gen_tensor(seed, name, dtype, shape, tc):
         x = r.standard_normal(shape, dtype=np.float32)
     elif name.endswith("lm_head.weight"):
         x = r.standard_normal(shape, dtype=np.float32) * (LM_HEAD_LOGIT_STD / math.sqrt(shape[1]))
-    elif name.endswith("block_sparse_moe.gate.weight"):
-        x = r.standard_normal(shape, dtype=np.float32) * (ROUTER_LOGIT_STD / math.sqrt(shape[1]))
     else:                                            # Linear [out, in] (also conv-shaped vision)
         fan_in = int(np.prod(shape[1:]))
         x = r.standard_normal(shape, dtype=np.float32) * (1.0 / math.sqrt(fan_in))
@@ -370,8 +394,9 @@ def write_json(path, obj):
         f.write(json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
 
 
-def make_checkpoint(preset, seed, out, expert_dtype="mxfp4", tiktoken_model=None, log=None):
+def make_checkpoint(preset, seed, out, expert_dtype="mxfp4", tiktoken_model=None, log=None, router=None):
     """Generate the checkpoint into `out`. Returns a summary dict."""
+    router = router or PRESETS[preset]["router"]
     import kimi_tokenizer                       # the colleague's tokenizer module (lazy)
     t0 = time.time()
     os.makedirs(out, exist_ok=True)
@@ -387,7 +412,7 @@ def make_checkpoint(preset, seed, out, expert_dtype="mxfp4", tiktoken_model=None
     weight_map, total = {}, 0
     for si, sh in enumerate(shards):
         fname = "model-%05d-of-%05d.safetensors" % (si + 1, n)
-        tensors = [(nm, dt, shp, (lambda nm=nm, dt=dt, shp=shp: gen_tensor(seed, nm, dt, shp, tc)))
+        tensors = [(nm, dt, shp, (lambda nm=nm, dt=dt, shp=shp: gen_tensor(seed, nm, dt, shp, tc, router)))
                    for nm, dt, shp in sh]
         total += write_safetensors(os.path.join(out, fname), tensors, {"format": "pt"})
         for nm, _, _ in sh:
@@ -410,10 +435,12 @@ def main(argv=None):
     ap.add_argument("--out", required=True)
     ap.add_argument("--expert-dtype", choices=["mxfp4", "bf16"], default="mxfp4")
     ap.add_argument("--tiktoken", default=None, help="tiktoken.model to copy (default: the committed one)")
+    ap.add_argument("--router", choices=["grouped", "continuous"], default=None,
+                    help="router weight structure (default: the preset's; see README)")
     ap.add_argument("-q", "--quiet", action="store_true")
     a = ap.parse_args(argv)
     log = None if a.quiet else (lambda s: print(s, file=sys.stderr))
-    s = make_checkpoint(a.preset, a.seed, a.out, a.expert_dtype, a.tiktoken, log)
+    s = make_checkpoint(a.preset, a.seed, a.out, a.expert_dtype, a.tiktoken, log, a.router)
     if not a.quiet:
         print("%s seed %d: %d tensors in %d shards, %.1f MB data (experts %.1f MB), %.1f s -> %s" % (
             s["preset"], s["seed"], s["tensors"], s["shards"], s["total_size"] / 1e6, s["expert_bytes"] / 1e6,

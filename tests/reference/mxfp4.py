@@ -4,8 +4,9 @@ Layout (FORMATS.md §2, K3 spec §3): a weight W [out, in] (in % 32 == 0) is sto
   weight_packed U8 [out, in/2]: byte j of row r = element 2j (LOW nibble) | element 2j+1 << 4
   weight_scale  U8 [out, in/32]: E8M0 exponent of block c/32, value 2^(code-127); 255 = NaN
 A nibble is sign bit 3 + magnitude index 0..7 into E2M1 {0, .5, 1, 1.5, 2, 3, 4, 6}.
-w[r, c] = E2M1[nibble] * 2^(scale[r, c//32] - 127)  (exact in fp32 and bf16 for codes 0..254;
-codes 0 and 1 give float32 denormals 2^-127, 2^-126 * value: still exact).
+w[r, c] = E2M1[nibble] * 2^(scale[r, c//32] - 127)  (exact in fp32 and bf16: scale codes 0 and 1
+give float32 denormals, still exact; codes 253/254 with |value| >= 4 / >= 2 overflow float32 and
+are rejected with ValueError: a checkpoint an fp32 engine cannot represent).
 
 The quantizer `quantize` is THE rule k3pack's C quantizer must reproduce bit for bit:
   per block of 32 consecutive elements of a row (x = float32 values, finite):
@@ -69,7 +70,13 @@ def dequantize(packed, scales, dtype=np.float32):
     sv = scale_values(s, dtype)                                      # [out, in/32]
     w = _BYTE_PAIR.astype(dtype, copy=False)[p]                      # [out, in/2, 2]
     w = w.reshape(out_dim, n_in // 32, 32)                           # [out, in/32, 32]
-    w *= sv[:, :, None]
+    if s.size and int(s.max()) >= 253:               # 4 * 2^126 and up overflow float32
+        with np.errstate(over="ignore"):
+            w *= sv[:, :, None]
+        if not np.all(np.isfinite(w)):
+            raise ValueError("MXFP4 value overflows float32 (scale code %d)" % int(s.max()))
+    else:
+        w *= sv[:, :, None]
     return w.reshape(out_dim, n_in)
 
 

@@ -153,14 +153,23 @@ class SafetensorsFile:
 
     def __init__(self, path):
         self.path = path
-        self._f = open(path, "rb")
-        size = os.fstat(self._f.fileno()).st_size
-        if size < 8:
-            raise SafetensorsError("%s: file shorter than 8 bytes" % path)
-        (n,) = struct.unpack("<Q", self._f.read(8))
-        if n > MAX_HEADER or 8 + n > size:
-            raise SafetensorsError("%s: bad header length %d (file %d bytes)" % (path, n, size))
-        raw = self._f.read(n)
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size < 8:
+                raise SafetensorsError("%s: file shorter than 8 bytes" % path)
+            (n,) = struct.unpack("<Q", f.read(8))
+            if n > MAX_HEADER or 8 + n > size:
+                raise SafetensorsError("%s: bad header length %d (file %d bytes)" % (path, n, size))
+            raw = f.read(n)
+            # mmap keeps its own duplicate of the descriptor: the file object can close.
+            self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        try:
+            self._parse(path, raw, n, size)
+        except Exception:
+            self.close()
+            raise
+
+    def _parse(self, path, raw, n, size):
         try:
             text = raw.decode("utf-8")
             hdr = json.loads(text, object_pairs_hook=_no_dup_pairs)
@@ -204,7 +213,6 @@ class SafetensorsFile:
         if self.data_start + pos != size:
             raise SafetensorsError("%s: data ends at %d but file is %d bytes" % (path, self.data_start + pos, size))
         self.names = [s[2] for s in spans]
-        self._mm = mmap.mmap(self._f.fileno(), 0, access=mmap.ACCESS_READ) if size > 0 else None
 
     def get(self, name):
         dt, shape, b, e = self.info[name]
@@ -215,9 +223,11 @@ class SafetensorsFile:
 
     def close(self):
         if self._mm is not None:
-            self._mm.close()
+            try:
+                self._mm.close()
+            except BufferError:          # arrays still view the map: the GC unmaps it later
+                pass
             self._mm = None
-        self._f.close()
 
 
 class ModelDir:
