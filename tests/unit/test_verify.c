@@ -8,6 +8,7 @@
  * Also a pack generator for benchmarks and manual tests:
  *     test_verify --make-pack DIR [LAYERS EXPERTS HIDDEN INTER]
  */
+#define _GNU_SOURCE                /* memmem */
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -381,6 +382,116 @@ static void test_usage(void)
     CHECK_ERR("cannot open pack directory");
 }
 
+/* ------------------------------------------------------------------ --checkpoint */
+
+/* Replace the first `from` after `anchor` in dir/file by `to` (same length). */
+static void patch(const char *dir, const char *file, const char *anchor, const char *from, const char *to)
+{
+    char p[8200], *text;
+    size_t len;
+    k3_diag d;
+    REQUIRE(strlen(from) == strlen(to));
+    snprintf(p, sizeof p, "%s/%s", dir, file);
+    REQUIRE(k3_read_file(p, 1u << 26, &text, &len, &d) == K3_OK);
+    char *a = memmem(text, len, anchor, strlen(anchor));    /* binary file: the length prefix has NULs */
+    REQUIRE(a);
+    char *f = memmem(a, len - (size_t)(a - text), from, strlen(from));
+    REQUIRE(f);
+    memcpy(f, to, strlen(to));
+    REQUIRE(k3tp_write_file(dir, file, text, len, &d) == K3_OK);
+    free(text);
+}
+
+/* The checkpoint file holding a tensor, from the index (file names are fixed-width). */
+static void shard_of(const char *dir, const char *tensor_name, char *out, size_t cap)
+{
+    char p[8200], *text, key[512];
+    k3_diag d;
+    snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+    REQUIRE(k3_read_file(p, 1u << 26, &text, NULL, &d) == K3_OK);
+    snprintf(key, sizeof key, "\"%s\": \"", tensor_name);
+    char *a = strstr(text, key);
+    REQUIRE(a);
+    a += strlen(key);
+    char *e = strchr(a, '"');
+    REQUIRE(e && (size_t)(e - a) < cap);
+    memcpy(out, a, (size_t)(e - a));
+    out[e - a] = '\0';
+    free(text);
+}
+
+static void test_checkpoint(void)
+{
+    if (system("/usr/bin/python3 -c 'import numpy' 2>/dev/null") != 0) {
+        printf("test_checkpoint: skipped (no /usr/bin/python3 with numpy; run scripts/setup.sh)\n");
+        return;
+    }
+    char script[4200], base[4200], dir[4200], cmd[16384];
+    const char *data = getenv("K3_TEST_DATA");
+    if (data && *data) snprintf(script, sizeof script, "%s/../reference/make_checkpoint.py", data);
+    else snprintf(script, sizeof script, "%s/../reference/make_checkpoint.py", dirname(k3tp_strdup(__FILE__)));
+    snprintf(base, sizeof base, "%s/ckpt-tiny", g_root);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && /usr/bin/python3 '%s' --preset tiny --seed 1 --out '%s' -q", base, script, base);
+    REQUIRE(system(cmd) == 0);
+    char args[8400];
+    snprintf(args, sizeof args, "--checkpoint '%s'", base);
+    CHECK_EXIT(run(args), 0);
+    CHECK_OUT("model-00001-of-00004.safetensors: OK\n");
+    CHECK_OUT("config.json: OK\n");
+    CHECK_ERR("matches its config");
+    CHECK_ERR("8 vision tensors skipped");
+    snprintf(args, sizeof args, "--checkpoint '%s' -v", base);
+    CHECK_EXIT(run(args), 0);
+    CHECK_OUT("vision_tower.patch_embed.proj.weight: SKIPPED (vision tensor, not packed)\n");
+
+    /* a wrong dtype, and a renamed tensor (missing + unexpected) */
+    snprintf(dir, sizeof dir, "%s/ckpt-bad", g_root);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s'", dir, base, dir);
+    REQUIRE(system(cmd) == 0);
+    const char *t1 = "language_model.model.layers.0.input_layernorm.weight";
+    const char *t2 = "language_model.model.layers.1.post_attention_layernorm.weight";
+    char f1[256], f2[256], anchor[512];
+    shard_of(dir, t1, f1, sizeof f1);
+    shard_of(dir, t2, f2, sizeof f2);
+    snprintf(anchor, sizeof anchor, "\"%s\":{", t1);
+    patch(dir, f1, anchor, "\"BF16\"", "\"F16\" ");
+    snprintf(anchor, sizeof anchor, "\"%s\"", t2);
+    patch(dir, f2, anchor, "weight\"", "weighz\"");
+    patch(dir, "model.safetensors.index.json", anchor, "weight\"", "weighz\"");
+    snprintf(args, sizeof args, "--checkpoint '%s'", dir);
+    CHECK_EXIT(run(args), 1);
+    char want[1024];
+    snprintf(want, sizeof want, "%s: FAILED (F16 [128] in '%s', the config needs BF16 [128])\n", t1, f1);
+    CHECK_OUT(want);
+    snprintf(want, sizeof want, "%s: FAILED (missing)\n", t2);
+    CHECK_OUT(want);
+    snprintf(want, sizeof want, "language_model.model.layers.1.post_attention_layernorm.weighz: FAILED (unexpected: "
+             "in '%s', not a tensor of the model config.json describes)\n", f2);
+    CHECK_OUT(want);
+    CHECK_ERR("FAILED: 1 missing, 1 wrong dtype or shape, 1 unexpected");
+    snprintf(args, sizeof args, "--checkpoint '%s' --json", dir);
+    CHECK_EXIT(run(args), 1);
+    CHECK_OUT("\"kind\":\"missing\"");
+    CHECK_OUT("\"kind\":\"unexpected\"");
+    CHECK_OUT("\"type\":\"summary\"");
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 -c 'import json,sys; [json.loads(l) for l in sys.stdin]' <'%s/out.txt'",
+             g_root);
+    CHECK_MSG(system(cmd) == 0, "--checkpoint --json output does not parse:\n%s", g_out);
+
+    /* no config.json; then a truncated shard (the strict reader refuses it) */
+    snprintf(cmd, sizeof cmd, "rm '%s/config.json'", dir);
+    REQUIRE(system(cmd) == 0);
+    snprintf(args, sizeof args, "--checkpoint '%s'", dir);
+    CHECK_EXIT(run(args), 1);
+    CHECK_OUT("config.json: FAILED (missing");
+    snprintf(cmd, sizeof cmd, "truncate -s -1 '%s/%s'", dir, f2);
+    REQUIRE(system(cmd) == 0);
+    CHECK_EXIT(run(args), 1);
+    CHECK_OUT(": FAILED (");
+    snprintf(args, sizeof args, "--checkpoint '%s/nope'", g_root);
+    CHECK_EXIT(run(args), 3);
+}
+
 /* ------------------------------------------------------------------ main */
 
 static int make_pack(int argc, char **argv)
@@ -417,6 +528,7 @@ int main(int argc, char **argv)
     test_disagreement();
     test_subset();
     test_usage();
+    test_checkpoint();
     free(g_out);
     free(g_err);
     return k3_test_done();
