@@ -126,6 +126,13 @@ int main(int argc, char **argv)
     } else {
         if ((e = k3_st_open(src, &ck, &d))) return fail(e, &d, json);
         for (size_t i = 0; i < ck.n_warnings; i++) k3_warn("%s", ck.warnings[i]);
+        if (!ck.config_json && ck.dir) {     /* a lone .safetensors file: config.json beside it */
+            char *cj;
+            size_t cl;
+            read_side(ck.dir, "config.json", &cj, &cl);
+            ck.config_json = cj;
+            ck.config_len = cl;
+        }
         if (!ck.config_json) {
             k3_st_close(&ck);
             k3_fail(&d, K3_ERR_MODEL, "no config.json beside '%s': k3pack needs the model's config", src);

@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""Independent reader of a k3 pack, written from docs/FORMAT.md alone (no k3 code).
+
+    check_pack.py PACK CHECKPOINT_DIR
+
+Checks that the pack is exactly the checkpoint re-laid out:
+  * every shard header field and rule of FORMAT.md section 2, header_hash, file size;
+  * manifest hashes (XXH3-128 of shards and files, XXH3-64 of tensors and records);
+  * every trunk tensor's bytes equal the checkpoint tensor's bytes (bit-exact);
+  * every expert part equals the checkpoint's weight_packed / weight_scale bytes,
+    or, for experts quantized by k3pack, mxfp4.quantize() of the checkpoint's BF16
+    (the NumPy reference in tests/reference), bit for bit;
+  * vision tensors are listed as skipped, nothing else is missing.
+Exit 0 when all holds, 1 with a message otherwise.
+"""
+import json
+import os
+import struct
+import sys
+
+import numpy as np
+import xxhash
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "reference"))
+import mxfp4  # noqa: E402
+from safetensors_io import ModelDir  # noqa: E402
+
+ENC = {1: ("BF16", 16), 2: ("F16", 16), 3: ("F32", 32), 4: ("F64", 64), 5: ("U8", 8), 6: ("I8", 8),
+       7: ("I16", 16), 8: ("I32", 32), 9: ("I64", 64), 10: ("MXFP4", 4), 11: ("E8M0", 8)}
+
+
+class Bad(Exception):
+    pass
+
+
+def need(cond, msg):
+    if not cond:
+        raise Bad(msg)
+
+
+def read_shard(path):
+    """Parse a .k3s header per FORMAT.md 2.1-2.2; returns (fields, entries, raw bytes)."""
+    data = open(path, "rb").read()
+    need(len(data) >= 128 and data[:8] == b"K3SHARD\0", "%s: bad magic" % path)
+    (ver, bom, kind, align, layer, n_ent, names_size, data_off, fsize, n_rec, rec_size,
+     stride) = struct.unpack_from("<IIIIII QQQQQQ".replace(" ", ""), data, 8)
+    need(ver == 1 and bom == 0x01020304 and kind in (1, 2), "%s: version/byte order/kind" % path)
+    need(data[80:120] == bytes(40), "%s: reserved bytes" % path)
+    (hh,) = struct.unpack_from("<Q", data, 120)
+    need(fsize == len(data), "%s: file_size %d, file has %d" % (path, fsize, len(data)))
+    hdr_end = 128 + 64 * n_ent + names_size
+    need(data_off == (hdr_end + align - 1) // align * align, "%s: data_offset" % path)
+    img = bytearray(data[:data_off])
+    img[120:128] = bytes(8)
+    need(xxhash.xxh3_64_intdigest(bytes(img)) == hh, "%s: header_hash" % path)
+    need(data[hdr_end:data_off] == bytes(data_off - hdr_end), "%s: header padding" % path)
+    names = data[128 + 64 * n_ent:hdr_end]
+    entries = []
+    for i in range(n_ent):
+        off, size, no, nl, enc, nd = struct.unpack_from("<QQIIBB", data, 128 + 64 * i)
+        shape = list(struct.unpack_from("<4Q", data, 128 + 64 * i + 32))
+        need(data[128 + 64 * i + 26:128 + 64 * i + 32] == bytes(6), "%s: entry reserved" % path)
+        need(nd <= 4 and all(s == 0 for s in shape[nd:]), "%s: shape slots" % path)
+        need(enc in ENC, "%s: encoding %d" % (path, enc))
+        bits = int(np.prod(shape[:nd], dtype=np.int64)) * ENC[enc][1]
+        need(bits % 8 == 0 and bits // 8 == size, "%s: entry %d size" % (path, i))
+        entries.append(dict(name=names[no:no + nl].decode("utf-8"), offset=off, size=size,
+                            encoding=ENC[enc][0], shape=shape[:nd]))
+    f = dict(kind=kind, align=align, layer=layer, data_offset=data_off, n_records=n_rec,
+             record_size=rec_size, stride=stride, header_hash=hh)
+    return f, entries, data
+
+
+def covered_zero(data, spans, start, end, what):
+    """Bytes of [start, end) outside spans must be zero."""
+    pos = start
+    for b, e in sorted(spans):
+        need(b >= pos, "%s: overlapping spans at %d" % (what, b))
+        need(data[pos:b] == bytes(b - pos), "%s: non-zero padding in [%d, %d)" % (what, pos, b))
+        pos = e
+    need(data[pos:end] == bytes(end - pos), "%s: non-zero padding at the end" % what)
+
+
+def main(pack, ckpt_dir):
+    m = json.load(open(os.path.join(pack, "manifest.json")))
+    need(m["format"] == "k3-pack" and m["format_version"] == 1 and m["byte_order"] == "little", "manifest header")
+    ck = ModelDir(ckpt_dir)
+    prefix = m["name_prefix"]
+    quantized = m["experts"]["source"] == "quantized"
+    listed = {"manifest.json"}
+    for f in m["files"]:
+        data = open(os.path.join(pack, f["name"]), "rb").read()
+        need(len(data) == f["size"] and xxhash.xxh3_128_hexdigest(data) == f["xxh3_128"], "file %s" % f["name"])
+        need(data == open(os.path.join(ckpt_dir, f["name"]), "rb").read(), "file %s differs from the checkpoint" % f["name"])
+        listed.add(f["name"])
+    tensors_by_shard = {}
+    for t in m["tensors"]:
+        tensors_by_shard.setdefault(t["shard"], []).append(t)
+    xl_by_shard = {x["shard"]: x for x in m["expert_layers"]}
+    seen = set()
+    for s in m["shards"]:
+        path = os.path.join(pack, s["name"])
+        listed.add(s["name"])
+        f, entries, data = read_shard(path)
+        need(len(data) == s["size"] and xxhash.xxh3_128_hexdigest(data) == s["xxh3_128"], "%s: shard hash" % s["name"])
+        need("%016x" % f["header_hash"] == s["header_hash"], "%s: header_hash vs manifest" % s["name"])
+        if f["kind"] == 1:
+            mt = {t["name"]: t for t in tensors_by_shard.get(s["name"], [])}
+            need(len(mt) == len(entries), "%s: manifest lists %d tensors, header %d" % (s["name"], len(mt), len(entries)))
+            spans = []
+            for e in entries:
+                t = mt[e["name"]]
+                need((t["offset"], t["size"], t["encoding"], t["shape"]) == (e["offset"], e["size"], e["encoding"], e["shape"]),
+                     "%s: %s differs from the manifest" % (s["name"], e["name"]))
+                need(e["offset"] % f["align"] == 0, "%s: %s unaligned" % (s["name"], e["name"]))
+                b = data[e["offset"]:e["offset"] + e["size"]]
+                need(xxhash.xxh3_64_hexdigest(b) == t["xxh3_64"], "%s: %s hash" % (s["name"], e["name"]))
+                src = prefix + e["name"]
+                need(src in ck, "%s: %s not in the checkpoint" % (s["name"], src))
+                need(ck.get(src).tobytes() == b, "%s: %s bytes differ from the checkpoint" % (s["name"], src))
+                need(ck.dtype(src) == e["encoding"], "%s: %s dtype" % (s["name"], src))
+                seen.add(src)
+                spans.append((e["offset"], e["offset"] + e["size"]))
+            covered_zero(data, spans, f["data_offset"], len(data), s["name"])
+        else:
+            x = xl_by_shard[s["name"]]
+            need(x["count"] == f["n_records"] and x["offset"] == f["data_offset"] and x["stride"] == f["stride"]
+                 and x["record_size"] == f["record_size"], "%s: record geometry vs manifest" % s["name"])
+            need(len(data) == f["data_offset"] + f["n_records"] * f["stride"], "%s: size" % s["name"])
+            L = f["layer"]
+            for e in range(f["n_records"]):
+                base = f["data_offset"] + e * f["stride"]
+                rec = data[base:base + f["record_size"]]
+                need(xxhash.xxh3_64_hexdigest(rec) == x["xxh3_64"][e], "%s: expert %d hash" % (s["name"], e))
+                covered_zero(data, [(base + p["offset"], base + p["offset"] + p["size"]) for p in entries],
+                             base, base + f["stride"], "%s expert %d" % (s["name"], e))
+                stem = "%smodel.layers.%d.block_sparse_moe.experts.%d." % (prefix, L, e)
+                for p in entries:
+                    got = rec[p["offset"]:p["offset"] + p["size"]]
+                    w = p["name"][:2]
+                    if quantized:
+                        src = stem + w + ".weight"
+                        packed, scales = mxfp4.quantize(ck.get_f32(src))
+                        want = (packed if p["encoding"] == "MXFP4" else scales).tobytes()
+                    else:
+                        src = stem + p["name"]
+                        want = ck.get(src).tobytes()
+                    need(got == want, "%s: expert %d part %s differs from %s" % (s["name"], e, p["name"], src))
+                    seen.add(src)
+    skipped = {k["name"] for k in m["skipped"]}
+    rest = set(ck.names) - seen
+    need(rest == skipped, "checkpoint tensors neither packed nor skipped: %s" % sorted(rest - skipped)[:5])
+    need(all(n.startswith(("vision_tower.", "mm_projector.")) for n in skipped), "non-vision tensor skipped")
+    extra = set(os.listdir(pack)) - listed
+    need(not extra, "unlisted files in the pack: %s" % sorted(extra))
+    print("pack OK: %d shards, %d trunk tensors, %d expert layers, %d skipped, experts %s%s" % (
+        len(m["shards"]), len(m["tensors"]), len(m["expert_layers"]), len(skipped), m["experts"]["encoding"],
+        " (quantized)" if quantized else ""))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit("usage: check_pack.py PACK CHECKPOINT_DIR")
+    try:
+        main(sys.argv[1], sys.argv[2])
+    except Bad as e:
+        print("check_pack: %s" % e, file=sys.stderr)
+        sys.exit(1)
