@@ -6,7 +6,7 @@ set -eu
 
 # build: compiler, cmake, pkg-config; libraries; test reference (python3 + numpy + regex)
 PKGS="gcc make cmake pkg-config libzstd-dev libxxhash-dev libarchive-dev libjansson-dev
-      libpcre2-dev python3 python3-numpy python3-regex python3-xxhash zstd"
+      libpcre2-dev python3 python3-numpy python3-regex python3-xxhash zstd bc"
 # optional: clang + libFuzzer runtime for the fuzz target (skipped silently if unavailable)
 OPTIONAL="clang libclang-rt-14-dev"
 
