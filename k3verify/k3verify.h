@@ -118,6 +118,10 @@ typedef struct k3v_pack_opts {
     size_t buf_size;        /* read buffer per shard */
 } k3v_pack_opts;
 
+/* The pack summary: JSON record (--json) and the line on stderr. */
+void k3v_pack_summary(k3v_report *r, const k3v_pack_opts *o, uint32_t n_sel, uint32_t n_shards, uint32_t n_files,
+                      int have_m);
+
 /* Verify the pack in dir; prints items and the summary; returns the exit code. */
 int k3v_verify_pack(const char *dir, const k3v_pack_opts *o, k3v_report *r);
 

@@ -22,7 +22,7 @@ static const k3_opt opts[] = {
      "hash only the shards whose manifest index i has i % T == N-1 (1 <= N <= T); the manifest, the listing "
      "and the tokenizer files are always checked"},
     {OPT_JSON, 0, "json", NULL, NULL, NULL, "write JSON Lines on stdout instead of check lines"},
-    {OPT_THREADS, 'j', "threads", "N", "1", "K3_THREADS", "verify N shards in parallel (output keeps manifest order)"},
+    {OPT_THREADS, 't', "threads", "N", "1", "K3_THREADS", "verify N shards in parallel (output keeps manifest order)"},
     {OPT_CHECKPOINT, 0, "checkpoint", "DIR", NULL, NULL,
      "check a safetensors checkpoint (directory or file) against its config.json instead of a pack"},
     K3_OPTS_COMMON,

@@ -500,61 +500,6 @@ static void check_extras(const k3_manifest *m, char **names, size_t n, k3v_repor
     }
 }
 
-static void summary(const pack_ctx *c, const k3v_report *r, uint32_t n_sel, int have_m)
-{
-    double secs = k3_now() - r->t_start;
-    int code = k3v_exit_code(r);
-    char subset[48] = "";
-    if (c->o->subset_t) snprintf(subset, sizeof subset, "%u/%u", c->o->subset_n, c->o->subset_t);
-    if (r->json) {
-        k3v_report *w = (k3v_report *)r;
-        char buf[160];
-        k3v_json_begin(w, "summary");
-        k3v_json_field_str(w, "status", code == 0 ? "ok" : code == K3_EXIT_DATA ? "failed" : "error");
-        k3v_json_field_u64(w, "exit", (uint64_t)code);
-        k3v_json_field_str(w, "mode", c->o->quick ? "quick" : "full");
-        k3v_json_field_str(w, "subset", c->o->subset_t ? subset : NULL);
-        k3v_json_field_str(w, "manifest", r->manifest_failed ? "failed" : "ok");
-        snprintf(buf, sizeof buf, "{\"total\":%u,\"checked\":%u,\"failed\":%u}", have_m ? c->m.n_shards : 0,
-                 r->shards.checked, r->shards.failed);
-        k3v_json_field_raw(w, "shards", buf);
-        snprintf(buf, sizeof buf, "{\"total\":%u,\"checked\":%u,\"failed\":%u}", have_m ? c->m.n_files : 0,
-                 r->files.checked, r->files.failed);
-        k3v_json_field_raw(w, "files", buf);
-        k3v_json_field_u64(w, "unlisted", r->unlisted);
-        k3v_json_field_u64(w, "unfinished", r->unfinished);
-        k3v_json_field_u64(w, "bytes", r->bytes);
-        snprintf(buf, sizeof buf, "%.3f", secs);
-        k3v_json_field_raw(w, "seconds", buf);
-        k3v_json_end(w);
-    }
-    char notes[160] = "";
-    if (c->o->subset_t)
-        snprintf(notes, sizeof notes, " (subset %s: %u of %u shards checked)", subset, n_sel, have_m ? c->m.n_shards : 0);
-    if (c->o->quick)
-        snprintf(notes + strlen(notes), sizeof notes - strlen(notes), " (quick: sizes, headers and manifest only)");
-    if (code == 0) {
-        if (k3_log_level() < K3_LOG_NORMAL) return;
-        char b[24], rate[24];
-        k3_human_bytes((double)r->bytes, b, sizeof b);
-        k3_human_bytes(secs > 0 ? (double)r->bytes / secs : 0, rate, sizeof rate);
-        fprintf(stderr, "%s: %u shards and %u files OK, %s read in %.1f s (%s/s)%s\n", k3_log_prog(),
-                r->shards.checked, r->files.checked, b, secs, rate, notes);
-        return;
-    }
-    char line[512];
-    size_t o = 0;
-#define ADD(...) o += (size_t)snprintf(line + o, o < sizeof line ? sizeof line - o : 0, __VA_ARGS__)
-    if (r->manifest_failed) ADD("%smanifest.json FAILED", o ? ", " : "");
-    if (have_m) ADD("%s%u of %u shards FAILED", o ? ", " : "", r->shards.failed, r->shards.checked);
-    if (r->files.failed) ADD("%s%u of %u files FAILED", o ? ", " : "", r->files.failed, r->files.checked);
-    if (r->unlisted) ADD("%s%u unlisted file%s", o ? ", " : "", r->unlisted, r->unlisted == 1 ? "" : "s");
-    if (r->unfinished) ADD("%s%u leftover%s of an unfinished k3pack run", o ? ", " : "", r->unfinished,
-                           r->unfinished == 1 ? "" : "s");
-#undef ADD
-    fprintf(stderr, "%s: %s%s\n", k3_log_prog(), line, notes);
-}
-
 int k3v_verify_pack(const char *dir, const k3v_pack_opts *o, k3v_report *r)
 {
     pack_ctx c;
@@ -657,7 +602,7 @@ int k3v_verify_pack(const char *dir, const k3v_pack_opts *o, k3v_report *r)
         k3_progress_end(&r->progress);
     }
     check_extras(have_m ? &c.m : NULL, names, n_names, r);
-    summary(&c, r, n_sel, have_m);
+    k3v_pack_summary(r, o, n_sel, have_m ? c.m.n_shards : 0, have_m ? c.m.n_files : 0, have_m);
 
     for (size_t i = 0; i < n_names; i++) free(names[i]);
     free(names);

@@ -8,6 +8,7 @@
 
 #include "k3_error.h"
 #include "k3_log.h"
+#include "k3_progress.h"
 #include "k3_sys.h"
 #include "k3verify.h"
 
@@ -243,6 +244,62 @@ void k3v_json_end(k3v_report *r)
 {
     fputs("}\n", r->out);
     fflush(r->out);
+}
+
+void k3v_pack_summary(k3v_report *r, const k3v_pack_opts *o, uint32_t n_sel, uint32_t n_shards, uint32_t n_files,
+                      int have_m)
+{
+    double secs = k3_now() - r->t_start;
+    int code = k3v_exit_code(r);
+    char subset[48] = "";
+    if (o->subset_t) snprintf(subset, sizeof subset, "%u/%u", o->subset_n, o->subset_t);
+    if (r->json) {
+        char buf[160];
+        k3v_json_begin(r, "summary");
+        k3v_json_field_str(r, "status", code == 0 ? "ok" : code == K3_EXIT_DATA ? "failed" : "error");
+        k3v_json_field_u64(r, "exit", (uint64_t)code);
+        k3v_json_field_str(r, "mode", o->quick ? "quick" : "full");
+        k3v_json_field_str(r, "subset", o->subset_t ? subset : NULL);
+        k3v_json_field_str(r, "manifest", r->manifest_failed ? "failed" : "ok");
+        snprintf(buf, sizeof buf, "{\"total\":%u,\"checked\":%u,\"failed\":%u}", n_shards,
+                 r->shards.checked, r->shards.failed);
+        k3v_json_field_raw(r, "shards", buf);
+        snprintf(buf, sizeof buf, "{\"total\":%u,\"checked\":%u,\"failed\":%u}", n_files,
+                 r->files.checked, r->files.failed);
+        k3v_json_field_raw(r, "files", buf);
+        k3v_json_field_u64(r, "unlisted", r->unlisted);
+        k3v_json_field_u64(r, "unfinished", r->unfinished);
+        k3v_json_field_u64(r, "bytes", r->bytes);
+        snprintf(buf, sizeof buf, "%.3f", secs);
+        k3v_json_field_raw(r, "seconds", buf);
+        k3v_json_end(r);
+    }
+    char notes[160] = "";
+    if (o->subset_t)
+        snprintf(notes, sizeof notes, " (subset %s: %u of %u shards checked)", subset, n_sel, n_shards);
+    if (o->quick)
+        snprintf(notes + strlen(notes), sizeof notes - strlen(notes), " (quick: sizes, headers and manifest only)");
+    if (code == 0) {
+        if (k3_log_level() < K3_LOG_NORMAL) return;
+        char b[24], rate[24];
+        k3_human_bytes((double)r->bytes, b, sizeof b);
+        k3_human_bytes(secs > 0 ? (double)r->bytes / secs : 0, rate, sizeof rate);
+        fprintf(stderr, "%s: %u shards and %u files OK, %s read in %.1f s (%s/s)%s\n", k3_log_prog(),
+                r->shards.checked, r->files.checked, b, secs, rate, notes);
+        return;
+    }
+    char line[512];
+    size_t len = 0;
+#define ADD(...) len += (size_t)snprintf(line + (len < sizeof line ? len : sizeof line - 1), \
+                                         len < sizeof line ? sizeof line - len : 1, __VA_ARGS__)
+    if (r->manifest_failed) ADD("%smanifest.json FAILED", len ? ", " : "");
+    if (have_m) ADD("%s%u of %u shards FAILED", len ? ", " : "", r->shards.failed, r->shards.checked);
+    if (r->files.failed) ADD("%s%u of %u files FAILED", len ? ", " : "", r->files.failed, r->files.checked);
+    if (r->unlisted) ADD("%s%u unlisted file%s", len ? ", " : "", r->unlisted, r->unlisted == 1 ? "" : "s");
+    if (r->unfinished) ADD("%s%u leftover%s of an unfinished k3pack run", len ? ", " : "", r->unfinished,
+                           r->unfinished == 1 ? "" : "s");
+#undef ADD
+    fprintf(stderr, "%s: %s%s\n", k3_log_prog(), line, notes);
 }
 
 int k3v_exit_code(const k3v_report *r)

@@ -60,6 +60,8 @@ static int run(const char *args)
     REQUIRE(k3_read_file(p, 1u << 26, &g_out, NULL, &d) == K3_OK);
     snprintf(p, sizeof p, "%s/err.txt", g_root);
     REQUIRE(k3_read_file(p, 1u << 26, &g_err, NULL, &d) == K3_OK);
+    /* under K3_SANITIZE a finding in k3verify must not hide behind an expected exit 1 */
+    CHECK_MSG(!strstr(g_err, "Sanitizer") && !strstr(g_err, "runtime error"), "k3verify %s:\n%s", args, g_err);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
