@@ -2,7 +2,7 @@
  * safetensors.c - dtypes and the strict parser of one safetensors header.
  *
  * Order of the checks (each failure has its own message, see safetensors.h):
- *   prefix (8 bytes, N) -> UTF-8 and raw NUL scan -> JSON (jansson) -> object
+ *   prefix (8 bytes, N) -> UTF-8 and raw NUL scan -> JSON (k3_json) -> object
  *   -> per entry (metadata or tensor fields) -> extents sorted and contiguous
  *   -> extents end exactly at the end of the file.
  */
@@ -10,7 +10,6 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +17,7 @@
 
 #include "k3_checked.h"
 #include "k3_file.h"
+#include "k3_json.h"
 #include "k3_log.h"
 
 /* ------------------------------------------------------------------------- */
@@ -138,111 +138,126 @@ k3_err k3_st_check_prefix(const uint8_t *buf, size_t len, uint64_t file_size,
 /* ------------------------------------------------------------------------- */
 /* one tensor entry                                                           */
 
+static const char *type_name(const k3j_tok *v)
+{
+    switch ((k3j_type)v->type) {
+    case K3J_OBJ: return "an object";
+    case K3J_ARR: return "an array";
+    case K3J_STR: return "a string";
+    case K3J_INT: return "an integer";
+    case K3J_REAL: return "a real number";
+    case K3J_TRUE: case K3J_FALSE: return "a boolean";
+    default: return "null";
+    }
+}
+
+/*
+ * Messages of get_uint and parse_tensor lack the "'file': tensor 'name': "
+ * prefix: the caller adds it on failure, so names are escaped only then.
+ */
+
 /* An integer field in [0, K3_ST_MAX_INT]; what names it in messages. */
-static k3_err get_uint(const json_t *v, const char *dn, const char *tn, const char *what,
+static k3_err get_uint(const k3j_tok *v, const char *what,
                        unsigned idx, uint64_t *out, k3_diag *d)
 {
-    if (!json_is_integer(v))
-        return k3_fail(d, K3_ERR_FORMAT, "'%s': tensor '%s': %s[%u] is not an integer",
-                       dn, tn, what, idx);
-    json_int_t x = json_integer_value(v);
+    if (v->type != K3J_INT)
+        return k3_fail(d, K3_ERR_FORMAT, "%s[%u] is not an integer",
+                       what, idx);
+    int64_t x = v->v.i;
     if (x < 0)
-        return k3_fail(d, K3_ERR_FORMAT, "'%s': tensor '%s': %s[%u] is negative (%lld)",
-                       dn, tn, what, idx, (long long)x);
+        return k3_fail(d, K3_ERR_FORMAT, "%s[%u] is negative (%lld)",
+                       what, idx, (long long)x);
     if ((uint64_t)x > K3_ST_MAX_INT)
         return k3_fail(d, K3_ERR_FORMAT,
-                       "'%s': tensor '%s': %s[%u] = %lld is larger than 2^48-1", dn, tn, what,
+                       "%s[%u] = %lld is larger than 2^48-1", what,
                        idx, (long long)x);
     *out = (uint64_t)x;
     return K3_OK;
 }
 
-static k3_err parse_tensor(const json_t *v, const char *dn, const char *tn, uint64_t data_start,
-                           k3_st_tensor *t, k3_diag *d)
+static k3_err parse_tensor(const k3j_doc *doc, uint32_t vi, uint64_t data_start, k3_st_tensor *t,
+                           k3_diag *d)
 {
-    if (!json_is_object(v))
-        return k3_fail(d, K3_ERR_FORMAT, "'%s': tensor '%s': entry is not a JSON object", dn, tn);
-    for (void *it = json_object_iter((json_t *)v); it; it = json_object_iter_next((json_t *)v, it)) {
-        const char *key = json_object_iter_key(it);
-        size_t kl = json_object_iter_key_len(it);
-        if (!((kl == 5 && !memcmp(key, "dtype", 5)) || (kl == 5 && !memcmp(key, "shape", 5)) ||
-              (kl == 12 && !memcmp(key, "data_offsets", 12)))) {
+    const k3j_tok *tok = doc->t;
+    if (tok[vi].type != K3J_OBJ)
+        return k3_fail(d, K3_ERR_FORMAT, "entry is not a JSON object");
+    uint32_t jd = 0, js = 0, jo = 0;
+    for (uint32_t k = k3j_first(doc, vi); k; k = k3j_next(doc, vi, k)) {
+        if (k3j_streq(&tok[k], "dtype")) jd = k + 1;
+        else if (k3j_streq(&tok[k], "shape")) js = k + 1;
+        else if (k3j_streq(&tok[k], "data_offsets")) jo = k + 1;
+        else {
             esc_buf b;
-            return k3_fail(d, K3_ERR_FORMAT, "'%s': tensor '%s': unexpected field '%s'", dn, tn,
-                           esc(&b, key, kl));
+            return k3_fail(d, K3_ERR_FORMAT, "unexpected field '%s'", esc(&b, tok[k].v.s, tok[k].size));
         }
     }
-    static const char *const req[3] = {"dtype", "shape", "data_offsets"};
-    for (int i = 0; i < 3; i++)
-        if (!json_object_get(v, req[i]))
-            return k3_fail(d, K3_ERR_FORMAT, "'%s': tensor '%s': missing field '%s'", dn, tn, req[i]);
+    if (!jd) return k3_fail(d, K3_ERR_FORMAT, "missing field 'dtype'");
+    if (!js) return k3_fail(d, K3_ERR_FORMAT, "missing field 'shape'");
+    if (!jo) return k3_fail(d, K3_ERR_FORMAT, "missing field 'data_offsets'");
 
     /* dtype */
-    const json_t *jd = json_object_get(v, "dtype");
-    if (!json_is_string(jd))
-        return k3_fail(d, K3_ERR_FORMAT, "'%s': tensor '%s': dtype is not a string", dn, tn);
+    if (tok[jd].type != K3J_STR)
+        return k3_fail(d, K3_ERR_FORMAT, "dtype is not a string");
     k3_dtype dt;
-    if (k3_dtype_parse(json_string_value(jd), json_string_length(jd), &dt)) {
+    if (k3_dtype_parse(tok[jd].v.s, tok[jd].size, &dt)) {
         esc_buf b;
-        return k3_fail(d, K3_ERR_FORMAT, "'%s': tensor '%s': unknown dtype '%s'", dn, tn,
-                       esc(&b, json_string_value(jd), json_string_length(jd)));
+        return k3_fail(d, K3_ERR_FORMAT, "unknown dtype '%s'", esc(&b, tok[jd].v.s, tok[jd].size));
     }
     t->dtype = (uint8_t)dt;
 
     /* shape */
-    const json_t *js = json_object_get(v, "shape");
-    if (!json_is_array(js))
-        return k3_fail(d, K3_ERR_FORMAT, "'%s': tensor '%s': shape is not an array", dn, tn);
-    size_t rank = json_array_size(js);
+    if (tok[js].type != K3J_ARR)
+        return k3_fail(d, K3_ERR_FORMAT, "shape is not an array");
+    size_t rank = tok[js].size;
     if (rank > K3_ST_MAX_RANK)
-        return k3_fail(d, K3_ERR_FORMAT, "'%s': tensor '%s': rank %zu exceeds the limit of %d",
-                       dn, tn, rank, K3_ST_MAX_RANK);
+        return k3_fail(d, K3_ERR_FORMAT, "rank %zu exceeds the limit of %d",
+                       rank, K3_ST_MAX_RANK);
     t->rank = (uint8_t)rank;
     uint64_t numel = 1;
-    int numel_overflow = 0;
-    for (size_t i = 0; i < rank; i++) {
-        k3_err e = get_uint(json_array_get(js, i), dn, tn, "shape", (unsigned)i, &t->shape[i], d);
-        if (e) return e;
+    int numel_overflow = 0, has_zero = 0;
+    unsigned i = 0;
+    for (uint32_t e = k3j_first(doc, js); e; e = k3j_next(doc, js, e), i++) {
+        k3_err err = get_uint(&tok[e], "shape", i, &t->shape[i], d);
+        if (err) return err;
+        has_zero |= t->shape[i] == 0;
         if (!numel_overflow && k3_mul_u64(numel, t->shape[i], &numel)) numel_overflow = 1;
     }
     char sh[K3_ST_MAX_RANK * 22 + 4];
     fmt_shape(t->shape, t->rank, sh, sizeof sh);
-    /* a zero dimension makes the product 0 even if a partial product overflowed */
-    for (size_t i = 0; i < rank; i++)
-        if (t->shape[i] == 0) { numel = 0; numel_overflow = 0; }
+    if (has_zero) { numel = 0; numel_overflow = 0; }   /* a zero dimension wins over an overflow */
     if (numel_overflow)
         return k3_fail(d, K3_ERR_FORMAT,
-                       "'%s': tensor '%s': element count of shape %s overflows 64 bits", dn, tn, sh);
+                       "element count of shape %s overflows 64 bits", sh);
     t->numel = numel;
 
     /* data_offsets */
-    const json_t *jo = json_object_get(v, "data_offsets");
-    if (!json_is_array(jo) || json_array_size(jo) != 2)
+    if (tok[jo].type != K3J_ARR || tok[jo].size != 2)
         return k3_fail(d, K3_ERR_FORMAT,
-                       "'%s': tensor '%s': data_offsets is not an array of 2 integers", dn, tn);
+                       "data_offsets is not an array of 2 integers");
     uint64_t begin, end;
-    k3_err e = get_uint(json_array_get(jo, 0), dn, tn, "data_offsets", 0, &begin, d);
-    if (!e) e = get_uint(json_array_get(jo, 1), dn, tn, "data_offsets", 1, &end, d);
-    if (e) return e;
+    uint32_t e0 = jo + 1, e1 = tok[e0].next;
+    k3_err err = get_uint(&tok[e0], "data_offsets", 0, &begin, d);
+    if (!err) err = get_uint(&tok[e1], "data_offsets", 1, &end, d);
+    if (err) return err;
     if (end < begin)
         return k3_fail(d, K3_ERR_FORMAT,
-                       "'%s': tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 ") end before they begin",
-                       dn, tn, begin, end);
+                       "data_offsets [%" PRIu64 ", %" PRIu64 ") end before they begin",
+                       begin, end);
 
     /* size */
     uint64_t bits;
     if (k3_mul_u64(numel, k3_dtype_bits(dt), &bits))
-        return k3_fail(d, K3_ERR_FORMAT, "'%s': tensor '%s': size of shape %s x %s overflows 64 bits",
-                       dn, tn, sh, k3_dtype_name(dt));
+        return k3_fail(d, K3_ERR_FORMAT, "size of shape %s x %s overflows 64 bits",
+                       sh, k3_dtype_name(dt));
     if (bits % 8)
         return k3_fail(d, K3_ERR_FORMAT,
-                       "'%s': tensor '%s': shape %s x %s is %" PRIu64 " bits, not a whole number of bytes",
-                       dn, tn, sh, k3_dtype_name(dt), bits);
+                       "shape %s x %s is %" PRIu64 " bits, not a whole number of bytes",
+                       sh, k3_dtype_name(dt), bits);
     if (bits / 8 != end - begin)
         return k3_fail(d, K3_ERR_FORMAT,
-                       "'%s': tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 ") hold %" PRIu64
+                       "data_offsets [%" PRIu64 ", %" PRIu64 ") hold %" PRIu64
                        " bytes but shape %s x %s needs %" PRIu64 " bytes",
-                       dn, tn, begin, end, end - begin, sh, k3_dtype_name(dt), bits / 8);
+                       begin, end, end - begin, sh, k3_dtype_name(dt), bits / 8);
     t->begin = begin;
     t->nbytes = end - begin;
     t->offset = data_start + begin;           /* <= 100e6 + 8 + 2^48: no overflow */
@@ -269,79 +284,23 @@ void k3_st_header_free(k3_st_header *h)
     memset(h, 0, sizeof *h);
 }
 
-/*
- * jansson's message with its quoted token escaped: "duplicate object key near
- * '"a"'" keeps its own outer quotes; the token (untrusted text) is escaped.
- */
-static const char *json_text(const json_error_t *je, char *out, size_t cap)
+static k3_err check_metadata(const k3j_doc *doc, uint32_t m, const char *dn, size_t *pool_need, k3_diag *d)
 {
-    const char *near = strstr(je->text, " near '");
-    size_t n = strlen(je->text);
-    if (!near || n < 2 || je->text[n - 1] != '\'') return k3_escape(je->text, n, out, cap);
-    size_t head = (size_t)(near - je->text) + 7;          /* through "near '" */
-    char tok[160];
-    k3_escape(je->text + head, n - head - 1, tok, sizeof tok);
-    snprintf(out, cap, "%.*s%s'", (int)head, je->text, tok);
-    return out;
-}
-
-static k3_err json_failure(const json_error_t *je, const char *dn, const char *what,
-                           uint64_t base, k3_diag *d)
-{
-    char b[240];
-    const char *txt = json_text(je, b, sizeof b);
-    uint64_t at = base + (uint64_t)(je->position > 0 ? je->position : 0);
-    switch (json_error_code(je)) {
-    case json_error_duplicate_key:
-        return k3_fail(d, K3_ERR_FORMAT, "'%s': duplicate key in %s: %s (line %d, column %d, byte offset %" PRIu64 ")",
-                       dn, what, txt, je->line, je->column, at);
-    case json_error_null_character:
-    case json_error_null_byte_in_key:
-        return k3_fail(d, K3_ERR_FORMAT, "'%s': NUL character (\\u0000) in a string of %s: %s (byte offset %" PRIu64 ")",
-                       dn, what, txt, at);
-    case json_error_numeric_overflow:
-        return k3_fail(d, K3_ERR_FORMAT, "'%s': number out of range in %s: %s (byte offset %" PRIu64 ")",
-                       dn, what, txt, at);
-    case json_error_invalid_utf8:
-        return k3_fail(d, K3_ERR_FORMAT, "'%s': %s is not valid UTF-8: %s (byte offset %" PRIu64 ")",
-                       dn, what, txt, at);
-    default:
-        return k3_fail(d, K3_ERR_FORMAT, "'%s': %s is not valid JSON: %s (line %d, column %d, byte offset %" PRIu64 ")",
-                       dn, what, txt, je->line, je->column, at);
-    }
-}
-
-static const char *json_type_name(const json_t *v)
-{
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a number";
-    case JSON_TRUE: case JSON_FALSE: return "a boolean";
-    default: return "null";
-    }
-}
-
-static k3_err check_metadata(const json_t *m, const char *dn, size_t *pool_need, k3_diag *d)
-{
-    if (!json_is_object(m))
+    const k3j_tok *tok = doc->t;
+    if (tok[m].type != K3J_OBJ)
         return k3_fail(d, K3_ERR_FORMAT, "'%s': __metadata__ is %s, not an object of strings",
-                       dn, json_type_name(m));
-    const json_t *off = json_object_get(m, "data_offsets");
-    if (off && !json_is_string(off))
+                       dn, type_name(&tok[m]));
+    uint32_t off = k3j_get(doc, m, "data_offsets", 12);
+    if (off && tok[off].type != K3J_STR)
         return k3_fail(d, K3_ERR_FORMAT,
                        "'%s': '__metadata__' is a reserved name and cannot be a tensor", dn);
-    const char *k;
-    json_t *v;
-    json_object_foreach((json_t *)m, k, v) {
-        if (!json_is_string(v)) {
+    for (uint32_t k = k3j_first(doc, m); k; k = k3j_next(doc, m, k)) {
+        if (tok[k + 1].type != K3J_STR) {
             esc_buf b;
             return k3_fail(d, K3_ERR_FORMAT, "'%s': __metadata__ value of key '%s' is %s, not a string",
-                           dn, esc0(&b, k), json_type_name(v));
+                           dn, esc(&b, tok[k].v.s, tok[k].size), type_name(&tok[k + 1]));
         }
-        *pool_need += strlen(k) + 1 + json_string_length(v) + 1;
+        *pool_need += (size_t)tok[k].size + 1 + tok[k + 1].size + 1;
     }
     return K3_OK;
 }
@@ -364,35 +323,28 @@ k3_err k3_st_parse_header(const uint8_t *buf, size_t len, uint64_t file_size,
         return k3_fail(d, K3_ERR_FORMAT, "'%s': header contains %s (0x%02x) at byte offset %zu",
                        dn, bad, hdr[at], at + 8);
 
-    json_error_t je;
-    json_t *root = json_loadb((const char *)hdr, (size_t)n, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
-    if (!root) return json_failure(&je, dn, "header", 8, d);
-    if (!json_is_object(root)) {
-        e = k3_fail(d, K3_ERR_FORMAT, "'%s': header is %s, not a JSON object", dn, json_type_name(root));
-        json_decref(root);
+    k3j_doc doc;
+    k3j_error je;
+    if (k3j_parse((const char *)hdr, (size_t)n, &doc, &je)) return k3j_fail(&je, dn, "header", 8, d);
+    const k3j_tok *tok = doc.t;
+    if (tok[0].type != K3J_OBJ) {
+        e = k3_fail(d, K3_ERR_FORMAT, "'%s': header is %s, not a JSON object", dn, type_name(&tok[0]));
+        k3j_free(&doc);
         return e;
     }
 
     /* pass 1: validate metadata and names, size the pool */
     size_t n_t = 0, pool_need = 0;
-    const json_t *meta = NULL;
-    for (void *it = json_object_iter(root); it; it = json_object_iter_next(root, it)) {
-        const char *k = json_object_iter_key(it);
-        size_t kl = json_object_iter_key_len(it);
-        if (kl == 12 && memcmp(k, "__metadata__", 12) == 0) {
-            meta = json_object_iter_value(it);
-            if ((e = check_metadata(meta, dn, &pool_need, d))) goto fail;
+    uint32_t meta = 0;
+    for (uint32_t k = k3j_first(&doc, 0); k; k = k3j_next(&doc, 0, k)) {
+        if (k3j_streq(&tok[k], "__metadata__")) {
+            meta = k + 1;
+            if ((e = check_metadata(&doc, meta, dn, &pool_need, d))) goto fail;
             continue;
         }
-        if (kl == 0) { e = k3_fail(d, K3_ERR_FORMAT, "'%s': empty tensor name", dn); goto fail; }
-        if (memchr(k, 0, kl)) {
-            esc_buf b;
-            e = k3_fail(d, K3_ERR_FORMAT, "'%s': tensor name '%s' contains a NUL byte", dn, esc(&b, k, kl));
-            goto fail;
-        }
-        if (kl > UINT32_MAX) { e = k3_fail(d, K3_ERR_FORMAT, "'%s': tensor name too long", dn); goto fail; }
+        if (tok[k].size == 0) { e = k3_fail(d, K3_ERR_FORMAT, "'%s': empty tensor name", dn); goto fail; }
         n_t++;
-        pool_need += kl + 1;
+        pool_need += (size_t)tok[k].size + 1;
     }
 
     out->file_size = file_size;
@@ -400,46 +352,41 @@ k3_err k3_st_parse_header(const uint8_t *buf, size_t len, uint64_t file_size,
     out->data_start = n + 8;
     out->tensors = calloc(n_t ? n_t : 1, sizeof *out->tensors);
     out->pool = malloc(pool_need ? pool_need : 1);
-    out->meta = meta ? calloc(json_object_size(meta) + 1, sizeof *out->meta) : NULL;
+    out->meta = meta ? calloc(tok[meta].size + 1, sizeof *out->meta) : NULL;
     if (!out->tensors || !out->pool || (meta && !out->meta)) {
         e = k3_fail(d, K3_ERR_NOMEM, "'%s': out of memory for %zu tensors", dn, n_t);
         goto fail;
     }
 
-    /* pass 2: tensors */
+    /* pass 2: tensors, then metadata strings */
     char *p = out->pool;
-    for (void *it = json_object_iter(root); it; it = json_object_iter_next(root, it)) {
-        const char *k = json_object_iter_key(it);
-        size_t kl = json_object_iter_key_len(it);
-        if (kl == 12 && memcmp(k, "__metadata__", 12) == 0) continue;
+    for (uint32_t k = k3j_first(&doc, 0); k; k = k3j_next(&doc, 0, k)) {
+        if (k + 1 == meta) continue;
         k3_st_tensor *t = &out->tensors[out->n_tensors];
-        memcpy(p, k, kl);
-        p[kl] = '\0';
+        memcpy(p, tok[k].v.s, tok[k].size);
+        p[tok[k].size] = '\0';
         t->name = p;
-        t->name_len = (uint32_t)kl;
-        p += kl + 1;
-        esc_buf b;
-        if ((e = parse_tensor(json_object_iter_value(it), dn, esc(&b, k, kl), out->data_start, t, d)))
+        t->name_len = tok[k].size;
+        p += tok[k].size + 1;
+        if ((e = parse_tensor(&doc, k + 1, out->data_start, t, d))) {
+            esc_buf b;
+            k3_diag_wrap(d, "'%s': tensor '%s'", dn, esc(&b, t->name, t->name_len));
             goto fail;
+        }
         out->n_tensors++;
     }
-    if (meta) {
-        const char *k;
-        json_t *v;
-        json_object_foreach((json_t *)meta, k, v) {
-            size_t kl = strlen(k), vl = json_string_length(v);
-            k3_st_meta *m = &out->meta[out->n_meta++];
-            memcpy(p, k, kl + 1);
-            m->key = p;
-            p += kl + 1;
-            memcpy(p, json_string_value(v), vl);
-            p[vl] = '\0';
-            m->value = p;
-            p += vl + 1;
+    for (uint32_t k = meta ? k3j_first(&doc, meta) : 0; k; k = k3j_next(&doc, meta, k)) {
+        k3_st_meta *m = &out->meta[out->n_meta++];
+        for (int kv = 0; kv < 2; kv++) {
+            const k3j_tok *s = &tok[k + (uint32_t)kv];
+            memcpy(p, s->v.s, s->size);
+            p[s->size] = '\0';
+            if (kv) m->value = p;
+            else m->key = p;
+            p += s->size + 1;
         }
     }
-    json_decref(root);
-    root = NULL;
+    k3j_free(&doc);
 
     /* extents: sorted, from 0, contiguous, no sharing, end at EOF */
     qsort(out->tensors, out->n_tensors, sizeof *out->tensors, cmp_extent);
@@ -497,7 +444,7 @@ k3_err k3_st_parse_header(const uint8_t *buf, size_t len, uint64_t file_size,
     return K3_OK;
 
 fail:
-    json_decref(root);
+    k3j_free(&doc);
     k3_st_header_free(out);
     return e;
 }

@@ -9,7 +9,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,10 +19,12 @@
 #include "k3_checked.h"
 #include "k3_file.h"
 #include "k3_hash.h"
+#include "k3_json.h"
 #include "k3_log.h"
 
 typedef struct { char s[200]; } esc_buf;
-static const char *esc0(esc_buf *b, const char *s) { return k3_escape(s, strlen(s), b->s, sizeof b->s); }
+static const char *esc(esc_buf *b, const char *s, size_t n) { return k3_escape(s, n, b->s, sizeof b->s); }
+static const char *esc0(esc_buf *b, const char *s) { return esc(b, s, strlen(s)); }
 
 static char *xstrdup(const char *s)
 {
@@ -151,10 +152,9 @@ static k3_err build_hash(k3_st_ckpt *c, k3_diag *d)
     return K3_OK;
 }
 
-const k3_st_tensor *k3_st_find(const k3_st_ckpt *c, const char *name)
+static const k3_st_tensor *find_n(const k3_st_ckpt *c, const char *name, size_t len)
 {
     if (!c->hash_cap) return NULL;
-    size_t len = strlen(name);
     for (size_t s = hash_slot(c, name, len);; s = (s + 1) & (c->hash_cap - 1)) {
         uint32_t v = c->hash[s];
         if (!v) return NULL;
@@ -163,81 +163,93 @@ const k3_st_tensor *k3_st_find(const k3_st_ckpt *c, const char *name)
     }
 }
 
+const k3_st_tensor *k3_st_find(const k3_st_ckpt *c, const char *name)
+{
+    return find_n(c, name, strlen(name));
+}
+
 /* ------------------------------------------------------------------------- */
 /* model.safetensors.index.json                                               */
 
 /* Shard names of the index: a small growable string -> index table. */
 typedef struct shard_set {
-    const char **names;          /* borrowed from the JSON document */
-    const char **example;        /* a tensor mapped to each shard, for messages */
+    char **names;                /* owned copies */
+    uint32_t *example;           /* token of a tensor name mapped to each shard, for messages */
     size_t n, cap;
     uint32_t *slots;             /* index + 1 */
     size_t n_slots;
 } shard_set;
 
-static long shard_find(const shard_set *s, const char *name)
+static size_t shard_hash(const char *s, size_t len) { return (size_t)k3_xxh3_64(s, len); }
+
+static long shard_find(const shard_set *s, const char *name, size_t len)
 {
     if (!s->n_slots) return -1;
-    for (size_t i = (size_t)k3_xxh3_64(name, strlen(name)) & (s->n_slots - 1);;
-         i = (i + 1) & (s->n_slots - 1)) {
+    for (size_t i = shard_hash(name, len) & (s->n_slots - 1);; i = (i + 1) & (s->n_slots - 1)) {
         if (!s->slots[i]) return -1;
-        if (strcmp(s->names[s->slots[i] - 1], name) == 0) return (long)s->slots[i] - 1;
+        const char *o = s->names[s->slots[i] - 1];
+        if (strlen(o) == len && memcmp(o, name, len) == 0) return (long)s->slots[i] - 1;
     }
 }
 
-static int shard_add(shard_set *s, const char *name, const char *tensor)
+/* Index of shard (name, len), added if new; -1 when out of memory. */
+static long shard_add(shard_set *s, const char *name, size_t len, uint32_t example)
 {
-    if (shard_find(s, name) >= 0) return 0;
+    long k = shard_find(s, name, len);
+    if (k >= 0) return k;
     if (s->n == s->cap) {
         size_t cap = s->cap ? s->cap * 2 : 64;
-        const char **a = realloc(s->names, cap * sizeof *a);
+        char **a = realloc(s->names, cap * sizeof *a);
         if (!a) return -1;
         s->names = a;
-        const char **b = realloc(s->example, cap * sizeof *b);
+        uint32_t *b = realloc(s->example, cap * sizeof *b);
         if (!b) return -1;
         s->example = b;
         s->cap = cap;
     }
-    s->names[s->n] = name;
-    s->example[s->n] = tensor;
+    if (!(s->names[s->n] = strndup(name, len))) return -1;
+    s->example[s->n] = example;
     s->n++;
     if (s->n * 2 > s->n_slots) {         /* rebuild at 50% load */
         size_t ns = s->n_slots ? s->n_slots * 2 : 128;
-        while (ns < s->n * 2) ns *= 2;
         uint32_t *sl = calloc(ns, sizeof *sl);
         if (!sl) return -1;
         free(s->slots);
         s->slots = sl;
         s->n_slots = ns;
-        for (size_t k = 0; k < s->n; k++) {
-            size_t i = (size_t)k3_xxh3_64(s->names[k], strlen(s->names[k])) & (ns - 1);
+        for (size_t j = 0; j < s->n; j++) {
+            size_t i = shard_hash(s->names[j], strlen(s->names[j])) & (ns - 1);
             while (sl[i]) i = (i + 1) & (ns - 1);
-            sl[i] = (uint32_t)k + 1;
+            sl[i] = (uint32_t)j + 1;
         }
     } else {
-        size_t i = (size_t)k3_xxh3_64(name, strlen(name)) & (s->n_slots - 1);
+        size_t i = shard_hash(name, len) & (s->n_slots - 1);
         while (s->slots[i]) i = (i + 1) & (s->n_slots - 1);
         s->slots[i] = (uint32_t)s->n;
     }
-    return 0;
+    return (long)s->n - 1;
 }
 
 static void shard_set_free(shard_set *s)
 {
+    for (size_t i = 0; i < s->n; i++) free(s->names[i]);
     free(s->names);
     free(s->example);
     free(s->slots);
 }
 
 /* A shard name must be a plain file name: no directory part, no "..". */
-static int plain_name(const char *s)
+static int plain_name(const char *s, size_t n)
 {
-    return *s && !strchr(s, '/') && !strstr(s, "..") && strcmp(s, ".") != 0;
+    if (n == 0 || (n == 1 && s[0] == '.') || memchr(s, '/', n)) return 0;
+    for (size_t i = 0; i + 1 < n; i++)
+        if (s[i] == '.' && s[i + 1] == '.') return 0;
+    return 1;
 }
 
 static int cmp_str(const void *a, const void *b)
 {
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
+    return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
 static k3_err open_index(k3_st_ckpt *c, const char *index_path, k3_diag *d)
@@ -247,42 +259,50 @@ static k3_err open_index(k3_st_ckpt *c, const char *index_path, k3_diag *d)
     size_t len = 0;
     k3_err e = k3_read_file(index_path, K3_ST_MAX_INDEX, &text, &len, d);
     if (e) return e;
-    json_error_t je;
-    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
-    free(text);
+    k3j_doc doc = {0};
+    k3j_error je;
     shard_set ss = {0};
     uint8_t *listed = NULL;
-    if (!root) {
-        esc_buf b;
-        e = k3_fail(d, K3_ERR_FORMAT, "'%s': not valid JSON: %s (line %d, column %d, byte offset %d)",
-                    in, esc0(&b, je.text), je.line, je.column, je.position);
-        goto out;
-    }
-    if (!json_is_object(root)) { e = k3_fail(d, K3_ERR_FORMAT, "'%s': not a JSON object", in); goto out; }
-    json_t *wm = json_object_get(root, "weight_map");
+    uint32_t *entry_shard = NULL;
+    char **sorted = NULL;
+    if (k3j_parse(text, len, &doc, &je)) { e = k3j_fail(&je, in, "index", 0, d); goto out; }
+    const k3j_tok *tok = doc.t;
+    if (tok[0].type != K3J_OBJ) { e = k3_fail(d, K3_ERR_FORMAT, "'%s': not a JSON object", in); goto out; }
+    uint32_t wm = k3j_get(&doc, 0, "weight_map", 10);
     if (!wm) { e = k3_fail(d, K3_ERR_FORMAT, "'%s': missing 'weight_map'", in); goto out; }
-    if (!json_is_object(wm)) { e = k3_fail(d, K3_ERR_FORMAT, "'%s': 'weight_map' is not an object", in); goto out; }
-    if (json_object_size(wm) == 0) { e = k3_fail(d, K3_ERR_FORMAT, "'%s': 'weight_map' is empty", in); goto out; }
+    if (tok[wm].type != K3J_OBJ) { e = k3_fail(d, K3_ERR_FORMAT, "'%s': 'weight_map' is not an object", in); goto out; }
+    if (tok[wm].size == 0) { e = k3_fail(d, K3_ERR_FORMAT, "'%s': 'weight_map' is empty", in); goto out; }
 
-    const char *tn;
-    json_t *v;
-    json_object_foreach(wm, tn, v) {
+    entry_shard = malloc(tok[wm].size * sizeof *entry_shard);
+    if (!entry_shard) { e = k3_fail(d, K3_ERR_NOMEM, "out of memory reading '%s'", in); goto out; }
+    size_t ei = 0;
+    long last = -1;
+    for (uint32_t k = k3j_first(&doc, wm); k; k = k3j_next(&doc, wm, k), ei++) {
+        const k3j_tok *tn = &tok[k], *v = &tok[k + 1];
         esc_buf b1, b2;
-        if (!json_is_string(v)) {
-            e = k3_fail(d, K3_ERR_FORMAT, "'%s': weight_map entry for tensor '%s' is not a string", in, esc0(&b1, tn));
+        if (v->type != K3J_STR) {
+            e = k3_fail(d, K3_ERR_FORMAT, "'%s': weight_map entry for tensor '%s' is not a string", in,
+                        esc(&b1, tn->v.s, tn->size));
             goto out;
         }
-        const char *sn = json_string_value(v);
-        if (!plain_name(sn)) {
+        if (last >= 0 && strlen(ss.names[last]) == v->size && memcmp(ss.names[last], v->v.s, v->size) == 0) {
+            entry_shard[ei] = (uint32_t)last;      /* consecutive entries usually share a shard */
+            continue;
+        }
+        if (!plain_name(v->v.s, v->size)) {
             e = k3_fail(d, K3_ERR_FORMAT, "'%s': weight_map puts tensor '%s' in '%s', which is not a plain file name",
-                        in, esc0(&b1, tn), esc0(&b2, sn));
+                        in, esc(&b1, tn->v.s, tn->size), esc(&b2, v->v.s, v->size));
             goto out;
         }
-        if (shard_add(&ss, sn, tn)) { e = k3_fail(d, K3_ERR_NOMEM, "out of memory reading '%s'", in); goto out; }
+        if ((last = shard_add(&ss, v->v.s, v->size, k)) < 0) {
+            e = k3_fail(d, K3_ERR_NOMEM, "out of memory reading '%s'", in);
+            goto out;
+        }
+        entry_shard[ei] = (uint32_t)last;
     }
 
     /* open the shards in name order */
-    const char **sorted = malloc(ss.n * sizeof *sorted);
+    sorted = malloc(ss.n * sizeof *sorted);
     if (!sorted) { e = k3_fail(d, K3_ERR_NOMEM, "out of memory reading '%s'", in); goto out; }
     memcpy(sorted, ss.names, ss.n * sizeof *sorted);
     qsort(sorted, ss.n, sizeof *sorted, cmp_str);
@@ -290,30 +310,31 @@ static k3_err open_index(k3_st_ckpt *c, const char *index_path, k3_diag *d)
         e = append_file(c, sorted[i], sorted[i], d);
         if (e == K3_ERR_NOT_FOUND) {
             esc_buf b1, b2;
-            long k = shard_find(&ss, sorted[i]);
+            const k3j_tok *ex = &tok[ss.example[shard_find(&ss, sorted[i], strlen(sorted[i]))]];
             e = k3_fail(d, K3_ERR_NOT_FOUND, "'%s' names shard '%s' (for tensor '%s'), but '%s/%s' does not exist",
-                        in, esc0(&b1, sorted[i]), esc0(&b2, ss.example[k]), c->dir, sorted[i]);
+                        in, esc0(&b1, sorted[i]), esc(&b2, ex->v.s, ex->size), c->dir, sorted[i]);
         }
-        if (e) { free(sorted); goto out; }
+        if (e) goto out;
     }
-    free(sorted);
     if ((e = build_hash(c, d))) goto out;
 
     /* every index entry is in its shard; every shard tensor is in the index */
     listed = calloc(c->n_tensors ? c->n_tensors : 1, 1);
     if (!listed) { e = k3_fail(d, K3_ERR_NOMEM, "out of memory checking '%s'", in); goto out; }
-    json_object_foreach(wm, tn, v) {
-        const char *sn = json_string_value(v);
-        const k3_st_tensor *t = k3_st_find(c, tn);
+    ei = 0;
+    for (uint32_t k = k3j_first(&doc, wm); k; k = k3j_next(&doc, wm, k), ei++) {
+        const k3j_tok *tn = &tok[k];
+        const char *sn = ss.names[entry_shard[ei]];
+        const k3_st_tensor *t = find_n(c, tn->v.s, tn->size);
         esc_buf b1, b2;
         if (!t) {
             e = k3_fail(d, K3_ERR_FORMAT, "'%s' lists tensor '%s' in '%s', but that shard has no such tensor",
-                        in, esc0(&b1, tn), esc0(&b2, sn));
+                        in, esc(&b1, tn->v.s, tn->size), esc0(&b2, sn));
             goto out;
         }
         if (strcmp(c->files[t->file].name, sn) != 0) {
             e = k3_fail(d, K3_ERR_FORMAT, "'%s' lists tensor '%s' in '%s', but it is in '%s'",
-                        in, esc0(&b1, tn), esc0(&b2, sn), c->files[t->file].name);
+                        in, esc(&b1, tn->v.s, tn->size), esc0(&b2, sn), c->files[t->file].name);
             goto out;
         }
         listed[t - c->tensors] = 1;
@@ -328,24 +349,25 @@ static k3_err open_index(k3_st_ckpt *c, const char *index_path, k3_diag *d)
     }
 
     /* total_size is advisory (FORMATS.md §1.6): data bytes, or file bytes for some writers */
-    json_t *md = json_object_get(root, "metadata");
-    json_t *ts = json_is_object(md) ? json_object_get(md, "total_size") : NULL;
+    uint32_t md = k3j_get(&doc, 0, "metadata", 8);
+    uint32_t ts = md ? k3j_get(&doc, md, "total_size", 10) : 0;
     if (ts) {
         uint64_t file_bytes = 0;
         for (size_t i = 0; i < c->n_files; i++) file_bytes += c->files[i].size;
-        if (!json_is_integer(ts) || json_integer_value(ts) < 0)
+        if (tok[ts].type != K3J_INT || tok[ts].v.i < 0)
             add_warning(c, "'%s': metadata.total_size is not a non-negative integer; ignored", in);
-        else if ((uint64_t)json_integer_value(ts) != c->total_bytes &&
-                 (uint64_t)json_integer_value(ts) != file_bytes)
+        else if ((uint64_t)tok[ts].v.i != c->total_bytes && (uint64_t)tok[ts].v.i != file_bytes)
             add_warning(c, "'%s': metadata.total_size %lld matches neither the tensor bytes %" PRIu64
-                        " nor the file bytes %" PRIu64, in, (long long)json_integer_value(ts),
-                        c->total_bytes, file_bytes);
+                        " nor the file bytes %" PRIu64, in, (long long)tok[ts].v.i, c->total_bytes, file_bytes);
     }
     e = K3_OK;
 out:
+    free(sorted);
+    free(entry_shard);
     free(listed);
     shard_set_free(&ss);
-    json_decref(root);
+    k3j_free(&doc);
+    free(text);
     return e;
 }
 

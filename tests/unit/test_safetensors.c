@@ -123,7 +123,21 @@ static void test_json(void)
     BAD("{\"\xf4\x90\x80\x80\":1}", 0, "a code point above U+10FFFF");
     BAD("{\"\xe2\x82\":1}", 0, "a truncated UTF-8 sequence");
     BAD("{\"ab\xe2\x82", 0, "a truncated UTF-8 sequence");
-    BAD("{\"\\ud800\":1}", 0, "header is not valid JSON: invalid Unicode");
+    BAD("{\"\\ud800\":1}", 0, "header is not valid JSON: invalid \\u escape: high surrogate \\uD800 without a low one");
+    BAD("{\"\\udc00x\":1}", 0, "header is not valid JSON: invalid \\u escape: lone low surrogate \\uDC00");
+    BAD("{\"\\u12\":1}", 0, "header is not valid JSON: invalid \\u escape");
+    BAD("{\"\\x\":1}", 0, "header is not valid JSON: invalid escape '\\x'");
+    BAD("{\"a\tb\":1}", 0, "header is not valid JSON: control character 0x09 in a string");
+    BAD("{\"a\":01}", 0, "header is not valid JSON: expected ',' or '}', found '1'");
+    BAD("{\"a\":1,}", 0, "header is not valid JSON: expected a string key, found '}'");
+    BAD("{\"a\" 1}", 0, "header is not valid JSON: expected ':', found '1'");
+    BAD("{\"a\":[1 2]}", 0, "header is not valid JSON: expected ',' or ']', found '2'");
+    BAD("{\"a\":tru}", 0, "header is not valid JSON: unexpected 't'");
+    BAD("{} {}", 0, "header is not valid JSON: unexpected '{' after the JSON value");
+    BAD("{\"a\":-}", 0, "header is not valid JSON: invalid number");
+    BAD("{\"a\":1e999}", 0, "number out of range in header: real number overflow");
+    BAD("{\"a\":\"x", 0, "header is not valid JSON: unterminated string");
+    BAD("{\"a\\u0061\":1,\"aa\":2}", 0, "duplicate key in header: duplicate key 'aa'");
     BAD("{" T("a", "U8", "[99999999999999999999]", 0, 1) "}", 1, "number out of range in header");
 }
 
