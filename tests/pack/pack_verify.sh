@@ -1,0 +1,82 @@
+#!/bin/sh
+# k3verify on a real pack made by k3pack from the tiny checkpoint: OK as made;
+# then one damage at a time (a flipped bit in an expert record, in a trunk
+# tensor, in a shard header, in manifest.json; a truncated shard; a deleted
+# shard; an unlisted extra file): each gives exit 1 and names what is damaged.
+. "$(dirname "$0")/lib.sh"
+make_ckpt tiny "$T/ck"
+"$K3_BIN/k3pack" -q "$T/ck" -o "$T/good"
+"$K3_BIN/k3verify" "$T/good" > "$T/ok.txt" || fail "k3verify rejects a fresh pack"
+grep -q "experts-layer-003.k3s: OK" "$T/ok.txt" || fail "no OK line for an expert shard"
+"$K3_BIN/k3verify" --quick "$T/good" > /dev/null || fail "--quick rejects a fresh pack"
+"$K3_BIN/k3verify" --checkpoint "$T/ck" > /dev/null || fail "--checkpoint rejects the tiny checkpoint"
+
+# offsets from the manifest, so the damage lands where intended
+loc() {   # loc WHAT -> "shard offset" of a byte inside WHAT
+    $PY - "$T/good/manifest.json" "$1" <<'PYEOF'
+import json, sys
+m = json.load(open(sys.argv[1]))
+what = sys.argv[2]
+if what == "expert":             # expert 5 of the first MoE layer, a byte in its w3 part
+    x = m["expert_layers"][0]
+    part = [p for p in x["parts"] if p["name"].startswith("w3")][0]
+    print(x["shard"], x["offset"] + 5 * x["stride"] + part["offset"] + 3, x["layer"])
+else:                            # a byte in the middle of a named trunk tensor
+    t = [t for t in m["tensors"] if t["name"] == what][0]
+    print(t["shard"], t["offset"] + t["size"] // 2, 0)
+PYEOF
+}
+flip() {   # flip FILE OFFSET : invert one bit
+    $PY -c "
+import sys
+p, o = sys.argv[1], int(sys.argv[2])
+b = bytearray(open(p, 'rb').read()); b[o] ^= 0x10; open(p, 'wb').write(b)" "$1" "$2"
+}
+damaged() {   # damaged NAME : fresh copy of the good pack in $T/NAME
+    rm -rf "$T/$1"; cp -r "$T/good" "$T/$1"; D="$T/$1"
+}
+
+damaged expert
+set -- $(loc expert)
+flip "$D/$1" "$2"
+expect_exit 1 "$K3_BIN/k3verify" "$D"
+grep -q "$1: FAILED (expert 5 of layer $3" "$T/out" || { cat "$T/out"; fail "expert damage not named"; }
+
+damaged trunk
+name=language_model.model.layers.3.self_attn.kv_b_proj.weight
+short=${name#language_model.}
+set -- $(loc "$short")
+flip "$D/$1" "$2"
+expect_exit 1 "$K3_BIN/k3verify" "$D"
+grep -q "$1: FAILED (tensor '$short'" "$T/out" || { cat "$T/out"; fail "trunk damage not named"; }
+
+damaged header
+flip "$D/trunk-layer-004.k3s" 200
+expect_exit 1 "$K3_BIN/k3verify" "$D"
+grep -q "trunk-layer-004.k3s: FAILED (header" "$T/out" || { cat "$T/out"; fail "header damage not named"; }
+
+damaged manifest
+sed -i 's/"format_version": 1/"format_version": 7/' "$D/manifest.json"
+expect_exit 1 "$K3_BIN/k3verify" "$D"
+grep -q "manifest.json: FAILED" "$T/out" || { cat "$T/out" "$T/err"; fail "manifest damage not named"; }
+
+damaged truncated
+truncate -s -4096 "$D/experts-layer-002.k3s"
+expect_exit 1 "$K3_BIN/k3verify" "$D"
+grep -q "experts-layer-002.k3s: FAILED (size" "$T/out" || { cat "$T/out"; fail "truncation not named"; }
+
+damaged deleted
+rm "$D/trunk-layer-006.k3s"
+expect_exit 1 "$K3_BIN/k3verify" "$D"
+grep -q "trunk-layer-006.k3s: FAILED (missing" "$T/out" || { cat "$T/out"; fail "deletion not named"; }
+
+damaged extra
+echo hi > "$D/stray.bin"
+expect_exit 1 "$K3_BIN/k3verify" "$D"
+grep -q "stray.bin: FAILED (not listed in the manifest" "$T/out" || { cat "$T/out"; fail "unlisted file not named"; }
+
+# an unfinished pack (no manifest) is not mistaken for a pack
+damaged unfinished
+rm "$D/manifest.json"
+expect_exit 1 "$K3_BIN/k3verify" "$D"
+echo "pack_verify: OK"
