@@ -30,6 +30,7 @@ MIDPOINTS = np.array([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0], dtype=np.float64) 
 
 # byte -> (value of low nibble, value of high nibble): [256, 2] float32
 _BYTE_PAIR = np.stack([E2M1_SIGNED[np.arange(256) & 15], E2M1_SIGNED[np.arange(256) >> 4]], axis=1)
+_BYTE_PAIR_U64 = np.ascontiguousarray(_BYTE_PAIR).view(np.uint64).reshape(256)   # both floats in one word
 
 
 def scale_values(scales, dtype=np.float32):
@@ -67,8 +68,8 @@ def dequantize(packed, scales, dtype=np.float32):
     n_in = 2 * half
     if n_in % 32 or s.shape != (out_dim, n_in // 32):
         raise ValueError("MXFP4 shapes do not match: packed %s scales %s" % (p.shape, s.shape))
-    sv = scale_values(s, dtype)                                      # [out, in/32]
-    w = _BYTE_PAIR.astype(dtype, copy=False)[p]                      # [out, in/2, 2]
+    sv = scale_values(s, np.float32)                                 # [out, in/32]
+    w = np.take(_BYTE_PAIR_U64, p).view(np.float32)                  # [out, in]: one 8-byte gather per byte
     w = w.reshape(out_dim, n_in // 32, 32)                           # [out, in/32, 32]
     if s.size and int(s.max()) >= 253:               # 4 * 2^126 and up overflow float32
         with np.errstate(over="ignore"):
@@ -77,7 +78,7 @@ def dequantize(packed, scales, dtype=np.float32):
             raise ValueError("MXFP4 value overflows float32 (scale code %d)" % int(s.max()))
     else:
         w *= sv[:, :, None]
-    return w.reshape(out_dim, n_in)
+    return w.reshape(out_dim, n_in).astype(dtype, copy=False)
 
 
 def quantize(w):
