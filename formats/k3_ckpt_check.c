@@ -54,11 +54,13 @@ k3_err k3_ckpt_match_config(const k3_st_ckpt *ck, const k3_config *cfg, const k3
     report r = {fn, ctx, "", 0};
     const char *prefix = k3_config_prefix(cfg);
     out->src = calloc(xl->n + 1, sizeof *out->src);            /* [xl->n] */
-    uint8_t *used = calloc(ck->n_tensors + 1, 1);               /* [ck->n_tensors] */
+    out->x_status = calloc(xl->n + 1, 1);                       /* [xl->n] */
+    out->found = calloc(xl->n + 1, sizeof *out->found);         /* [xl->n] */
+    out->src_status = calloc(ck->n_tensors + 1, 1);             /* [ck->n_tensors] */
+    uint8_t *used = out->src_status;
     out->skipped = calloc(ck->n_tensors + 1, sizeof *out->skipped);
     char *name = malloc(strlen(prefix) + K3_NAME_MAX + 1);
-    if (!out->src || !used || !out->skipped || !name) {
-        free(used);
+    if (!out->src || !out->x_status || !out->found || !used || !out->skipped || !name) {
         free(name);
         k3_ckpt_match_free(out);
         return k3_fail(d, K3_ERR_NOMEM, "out of memory");
@@ -70,17 +72,20 @@ k3_err k3_ckpt_match_config(const k3_st_ckpt *ck, const k3_config *cfg, const k3
         k3_escape(name, strlen(name), esc, sizeof esc);
         const k3_st_tensor *t = k3_st_find(ck, name);
         if (!t) {
+            out->x_status[i] = K3_CK_MISSING;
             out->n_missing++;
             problem(&r, "tensor '%s' is missing", esc);
             continue;
         }
-        used[t - ck->tensors] = 1;
+        used[t - ck->tensors] = K3_CK_EXPECTED;
+        out->found[i] = t;
         int shape_ok = t->rank == x->rank && !memcmp(t->shape, x->shape, x->rank * sizeof x->shape[0]);
         if (x->flags & K3_XT_ANY_SHAPE) shape_ok = t->numel == x->numel;
         if (t->dtype != x->dtype || !shape_ok) {
             char ws[96], gs[96];
             shape_str(x->shape, x->rank, ws, sizeof ws);
             shape_str(t->shape, t->rank, gs, sizeof gs);
+            out->x_status[i] = K3_CK_MISMATCH;
             out->n_mismatch++;
             problem(&r, "tensor '%s' in '%s' is %s %s, the config needs %s %s", esc, ck->files[t->file].name,
                     k3_dtype_name((k3_dtype)t->dtype), gs, k3_dtype_name((k3_dtype)x->dtype), ws);
@@ -92,6 +97,7 @@ k3_err k3_ckpt_match_config(const k3_st_ckpt *ck, const k3_config *cfg, const k3
         if (used[j]) continue;
         const k3_st_tensor *t = &ck->tensors[j];
         if (k3_is_vision_tensor(t->name)) {
+            used[j] = K3_CK_SKIPPED;
             out->skipped[out->n_skipped++] = j;
             continue;
         }
@@ -100,7 +106,6 @@ k3_err k3_ckpt_match_config(const k3_st_ckpt *ck, const k3_config *cfg, const k3
         problem(&r, "tensor '%s' in '%s' is not part of the model config.json describes",
                 k3_escape(t->name, t->name_len, esc, sizeof esc), ck->files[t->file].name);
     }
-    free(used);
     free(name);
     if (r.count)
         return k3_fail(d, K3_ERR_MODEL, "checkpoint does not match its config: %zu missing, %zu wrong dtype or "
@@ -113,6 +118,8 @@ void k3_ckpt_match_free(k3_ckpt_match *m)
 {
     free(m->src);
     free(m->skipped);
-    m->src = NULL;
-    m->skipped = NULL;
+    free(m->x_status);
+    free(m->found);
+    free(m->src_status);
+    memset(m, 0, sizeof *m);
 }

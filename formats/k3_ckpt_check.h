@@ -12,13 +12,21 @@
 #define K3_CKPT_CHECK_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "k3_config.h"
 #include "k3_error.h"
 #include "safetensors.h"
 
+/* What became of each expected tensor, and of each checkpoint tensor. */
+enum { K3_CK_OK = 0, K3_CK_MISSING, K3_CK_MISMATCH };       /* x_status */
+enum { K3_CK_UNEXPECTED = 0, K3_CK_EXPECTED, K3_CK_SKIPPED };  /* src_status */
+
 typedef struct k3_ckpt_match {
-    const k3_st_tensor **src;   /* [xlist.n] source tensor of each expected tensor */
+    const k3_st_tensor **src;   /* [xlist.n] source tensor of each expected tensor (NULL unless OK) */
+    uint8_t *x_status;          /* [xlist.n] K3_CK_OK / MISSING / MISMATCH */
+    const k3_st_tensor **found; /* [xlist.n] the checkpoint tensor of that name, even if mismatched */
+    uint8_t *src_status;        /* [ckpt->n_tensors] K3_CK_EXPECTED / SKIPPED / UNEXPECTED */
     size_t *skipped;            /* [n_skipped] indices into ckpt->tensors (vision) */
     size_t n_skipped;
     size_t n_missing, n_mismatch, n_unexpected;

@@ -42,42 +42,38 @@ static void report_tensors(const k3_st_ckpt *ck, const k3_config *cfg, const k3_
                            k3v_report *r, ck_counts *n)
 {
     const char *prefix = k3_config_prefix(cfg);
-    uint8_t *used = k3v_xalloc(ck->n_tensors + 1);      /* [n_tensors] 1 = expected, 2 = skipped */
     for (size_t i = 0; i < xl->n; i++) {
         const k3_xtensor *x = &xl->t[i];
+        if (m->x_status[i] == K3_CK_OK) continue;
         char *full = k3v_fmt("%s%s", prefix, x->name);
-        const k3_st_tensor *t = m->src[i] ? m->src[i] : k3_st_find(ck, full);
-        if (t) used[t - ck->tensors] = 1;
-        if (!m->src[i]) {
-            k3v_item it;
-            k3v_item_init(&it, "tensor", full);
-            k3v_problem *p;
-            if (!t) {
-                p = k3v_add(&it, K3V_MISSING, "missing");
-                n->missing++;
-            } else {
-                char got[160], want[160], *file = k3v_esc(ck->files[t->file].name, strlen(ck->files[t->file].name));
-                dtype_shape(t->dtype, t->rank, t->shape, got, sizeof got);
-                dtype_shape(x->dtype, x->rank, x->shape, want, sizeof want);
-                p = k3v_add(&it, K3V_MISMATCH, "%s in '%s', the config needs %s%s", got, file, want,
-                            (x->flags & K3_XT_ANY_SHAPE) ? " (or any shape of as many elements)" : "");
-                free(file);
-                n->mismatch++;
-            }
-            k3v_set_tensor(p, full, strlen(full));
-            if (x->layer >= 0) p->layer = x->layer;
-            k3v_report_item(r, &it);
-            k3v_item_free(&it);
+        const k3_st_tensor *t = m->found[i];
+        k3v_item it;
+        k3v_item_init(&it, "tensor", full);
+        k3v_problem *p;
+        if (m->x_status[i] == K3_CK_MISSING) {
+            p = k3v_add(&it, K3V_MISSING, "missing");
+            n->missing++;
+        } else {
+            char got[160], want[160], *file = k3v_esc(ck->files[t->file].name, strlen(ck->files[t->file].name));
+            dtype_shape(t->dtype, t->rank, t->shape, got, sizeof got);
+            dtype_shape(x->dtype, x->rank, x->shape, want, sizeof want);
+            p = k3v_add(&it, K3V_MISMATCH, "%s in '%s', the config needs %s%s", got, file, want,
+                        (x->flags & K3_XT_ANY_SHAPE) ? " (or any shape of as many elements)" : "");
+            free(file);
+            n->mismatch++;
         }
+        k3v_set_tensor(p, full, strlen(full));
+        if (x->layer >= 0) p->layer = x->layer;
+        k3v_report_item(r, &it);
+        k3v_item_free(&it);
         free(full);
     }
-    for (size_t k = 0; k < m->n_skipped; k++) used[m->skipped[k]] = 2;
     for (size_t j = 0; j < ck->n_tensors; j++) {
         const k3_st_tensor *t = &ck->tensors[j];
-        if (used[j] == 1) continue;
+        if (m->src_status[j] == K3_CK_EXPECTED) continue;
         k3v_item it;
         k3v_item_init(&it, "tensor", t->name);
-        if (used[j] == 2) {
+        if (m->src_status[j] == K3_CK_SKIPPED) {
             n->skipped++;
             it.status = "skipped";
             it.note = "vision tensor, not packed";
@@ -93,10 +89,6 @@ static void report_tensors(const k3_st_ckpt *ck, const k3_config *cfg, const k3_
         }
         k3v_item_free(&it);
     }
-    free(used);
-    if (n->missing != m->n_missing || n->mismatch != m->n_mismatch || n->unexpected != m->n_unexpected)
-        k3_warn("internal: problem counts differ from k3_ckpt_match_config's (%zu/%zu/%zu vs %zu/%zu/%zu)",
-                n->missing, n->mismatch, n->unexpected, m->n_missing, m->n_mismatch, m->n_unexpected);
 }
 
 static void summary(const char *path, const k3_st_ckpt *ck, const ck_counts *n, int config_ok, k3v_report *r)
