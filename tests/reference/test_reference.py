@@ -32,9 +32,9 @@ from k3ref import rel_err                                                 # noqa
 from safetensors_io import (ModelDir, SafetensorsError, SafetensorsFile,  # noqa: E402
                             write_safetensors, bf16_to_f32, f32_to_bf16, DTYPES)
 
-# The canonical parity fixture: tiny, seed 3, this prompt (README "Routing margins": seed 3's
-# smallest top-k margin over this prompt is ~90x the fp32-vs-f64 router-score error).
-TINY_SEED = 3
+# The canonical parity fixture: seed 29, this prompt, 32 generated tokens (README "Routing
+# margins": its smallest top-k margin is ~58x the fp32-vs-f64 router-score error).
+TINY_SEED = 29
 PROMPT = "The quick brown fox jumps over the lazy dog. Once upon a time, there was a little"
 FIXTURE_CANDIDATES = [os.path.join(HERE, "..", "..", "..", "shared", "fixtures", "kimi-k3-config.json"),
                       "/work/shared/fixtures/kimi-k3-config.json"]
@@ -292,22 +292,29 @@ class TestForward(unittest.TestCase):
         a, b = Model(tiny_dir()), Model(tiny_dir(), mode="bf16")
         ra, rb = a.forward(ids, a.new_state()), b.forward(ids, b.new_state())
         self.assertTrue(np.all(np.isfinite(rb["logits"])))
-        e0 = rel_err(rb["layers"][0]["out"], ra["layers"][0]["out"])
-        self.assertTrue(1e-4 < e0 < 3e-2, e0)                            # bf16-sized, not fp32-sized
+        x, y = rb["layers"][0]["out"].astype(np.float64), ra["layers"][0]["out"]
+        e0 = float(np.sqrt(np.mean((x - y) ** 2) / np.mean(y ** 2)))    # rms-relative after layer 0
+        self.assertTrue(1e-4 < e0 < 5e-2, e0)                            # bf16-sized, not fp32-sized
 
     def test_health_and_routing_margins(self):
-        """Activations healthy, most experts used, and the smallest top-k margin well
-        above the fp32-vs-f64 error of the biased router scores."""
-        ids = prompt_ids(32)
+        """Canonical fixture (prompt + 32 generated tokens): activations healthy, most experts
+        used within 32 positions, the smallest top-k margin well above the fp32-vs-f64 error
+        of the biased router scores, greedy tokens decided by clear logit gaps."""
+        from kimi_tokenizer import Tokenizer
         a, b = Model(tiny_dir()), Model(tiny_dir(), mode="f64")
-        ra, rb = a.forward(ids, a.new_state()), b.forward(ids, b.new_state())
+        ids = Tokenizer.from_dir(tiny_dir()).encode(PROMPT)
+        gen, ra = generate(a, ids, 32, a.cfg.eos)
+        rb = b.forward(ra["ids"], b.new_state())
+        self.assertEqual(list(rb["logits"][len(ids) - 1:].argmax(-1)), gen)
+        lg = np.sort(ra["logits"][len(ids) - 1:], -1)
+        self.assertGreater(float((lg[:, -1] - lg[:, -2]).min()), 1e-3)
         c = a.cfg
         err, margin = 0.0, np.inf
         for i, (x, y) in enumerate(zip(ra["layers"], rb["layers"])):
             rms = float(np.sqrt(np.mean(x["out"].astype(np.float64) ** 2)))
             self.assertTrue(0.3 < rms < 10, (i, rms))
             if "experts" in x:
-                self.assertGreaterEqual(len(np.unique(x["experts"])), 0.75 * c.E, i)
+                self.assertGreaterEqual(len(np.unique(x["experts"][:32])), 0.75 * c.E, i)
                 err = max(err, float(np.abs(x["sel"] - y["sel"]).max()))
                 margin = min(margin, float(x["margin"].min()))
                 self.assertTrue(np.array_equal(x["experts"], y["experts"]))

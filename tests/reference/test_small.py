@@ -27,7 +27,7 @@ import make_checkpoint as mc                      # noqa: E402
 from k3model import Model, generate               # noqa: E402
 from safetensors_io import ModelDir               # noqa: E402
 
-SMALL_SEED = 3
+SMALL_SEED = 29     # the canonical fixture (README "Routing margins")
 PROMPT = "The quick brown fox jumps over the lazy dog. Once upon a time, there was a little"
 
 
