@@ -95,11 +95,9 @@ def print_stats(model, rec, prompt_ids, log):
     rs = routing_stats(model, rec)
     if rs:
         mins = min(rs, key=lambda r: r[2])
-        used = np.unique(np.concatenate([L["experts"].ravel() for L in rec["layers"] if "experts" in L]))
         log("routing: min top-k margin %.3e (layer %d, position %d); median of per-layer minima %.3e"
             % (mins[2], mins[0], mins[3], float(np.median([r[2] for r in rs]))))
         log("routing: experts used per layer min %d / %d" % (min(r[1] for r in rs), c.E))
-        del used
     lg = np.sort(np.asarray(rec["logits"], np.float64), axis=-1)
     gap = lg[:, -1] - lg[:, -2]
     log("logits: std %.3f, min top1-top2 gap %.3e (position %d)" % (float(np.std(lg)), float(gap.min()),

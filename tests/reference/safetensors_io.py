@@ -66,8 +66,8 @@ def round_bf16(x):
 # ---------------------------------------------------------------------------
 
 def _order_key(spec):
-    name, dtype, _shape = spec[0], spec[1], spec[2]
-    return (-DTYPES[dtype][1], name)
+    """The official writer's order: descending dtype alignment, then name."""
+    return (-DTYPES[spec[1]][1], spec[0])
 
 
 def nbytes_of(dtype, shape):
