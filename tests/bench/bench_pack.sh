@@ -43,14 +43,15 @@ cat_s=$(echo "$t1 - $t0" | bc -l)
 drop; t0=$(now); "$bin/k3verify" -q "$work/pack" > /dev/null; t1=$(now)
 vf_s=$(echo "$t1 - $t0" | bc -l)
 
-mb() { echo "scale=1; $1 / $2 / 1000000" | bc -l; }
-ratio() { echo "scale=2; $1 / $2" | bc -l; }
+mb() { printf '%.0f' "$(echo "$1 / $2 / 1000000" | bc -l)"; }
+sec() { printf '%.2f' "$1"; }
+ratio() { printf '%.2f' "$(echo "$1 / $2" | bc -l)"; }
 echo "| run ($preset, $(echo "scale=2; $bytes/1000000000" | bc -l) GB checkpoint) | seconds | MB/s | ratio to the limit |"
 echo "|---|---|---|---|"
-echo "| cp -r + sync (limit for k3pack) | $cp_s | $(mb "$bytes" "$cp_s") | 1.00 |"
-echo "| k3pack, 1 thread | $pk_s | $(mb "$bytes" "$pk_s") | $(ratio "$cp_s" "$pk_s") |"
-echo "| k3pack, 2 threads | $pk2_s | $(mb "$bytes" "$pk2_s") | $(ratio "$cp_s" "$pk2_s") |"
-echo "| cat pack > /dev/null (limit for k3verify) | $cat_s | $(mb "$packbytes" "$cat_s") | 1.00 |"
-echo "| k3verify (full re-hash) | $vf_s | $(mb "$packbytes" "$vf_s") | $(ratio "$cat_s" "$vf_s") |"
+echo "| cp -r + sync (limit for k3pack) | $(sec $cp_s) | $(mb "$bytes" "$cp_s") | 1.00 |"
+echo "| k3pack, 1 thread | $(sec $pk_s) | $(mb "$bytes" "$pk_s") | $(ratio "$cp_s" "$pk_s") |"
+echo "| k3pack, 2 threads | $(sec $pk2_s) | $(mb "$bytes" "$pk2_s") | $(ratio "$cp_s" "$pk2_s") |"
+echo "| cat pack > /dev/null (limit for k3verify) | $(sec $cat_s) | $(mb "$packbytes" "$cat_s") | 1.00 |"
+echo "| k3verify (full re-hash) | $(sec $vf_s) | $(mb "$packbytes" "$vf_s") | $(ratio "$cat_s" "$vf_s") |"
 echo
-echo "k3pack peak RSS: $rss bytes"
+echo "k3pack peak RSS: $rss bytes ($(echo "$rss / 1048576" | bc) MiB) for a $bytes-byte checkpoint"
