@@ -57,13 +57,11 @@ static void add_warning(k3_st_ckpt *c, const char *fmt, ...)
 /* ------------------------------------------------------------------------- */
 /* files and tensors                                                          */
 
-/* Open dir/fname, read and validate its header, append its tensors. Messages
- * about its content name it dn. */
-static k3_err append_file(k3_st_ckpt *c, const char *fname, const char *dn, k3_diag *d)
+/* Open path (file name fname), read and validate its header, append its
+ * tensors. Messages about its content name it dn. */
+static k3_err append_path(k3_st_ckpt *c, const char *path, const char *fname, const char *dn, k3_diag *d)
 {
-    char path[4096];
-    k3_err e = k3_path_join(path, sizeof path, c->dir, fname, d);
-    if (e) return e;
+    k3_err e;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return k3_fail(d, errno == ENOENT ? K3_ERR_NOT_FOUND : K3_ERR_IO, "cannot open '%s': %s",
@@ -119,6 +117,14 @@ static k3_err append_file(k3_st_ckpt *c, const char *fname, const char *dn, k3_d
     c->n_files++;
     free(h.tensors);
     return K3_OK;
+}
+
+/* append_path for dir/fname. */
+static k3_err append_file(k3_st_ckpt *c, const char *fname, const char *dn, k3_diag *d)
+{
+    char path[4096];
+    k3_err e = k3_path_join(path, sizeof path, c->dir, fname, d);
+    return e ? e : append_path(c, path, fname, dn, d);
 }
 
 static size_t hash_slot(const k3_st_ckpt *c, const char *name, size_t len)
@@ -439,7 +445,7 @@ k3_err k3_st_open(const char *path, k3_st_ckpt *c, k3_diag *d)
         const char *slash = strrchr(path, '/');
         c->dir = slash ? strndup(path, (size_t)(slash - path) + (slash == path)) : xstrdup(".");
         if (!c->dir) { e = k3_fail(d, K3_ERR_NOMEM, "out of memory"); goto fail; }
-        if ((e = append_file(c, slash ? slash + 1 : path, path, d))) goto fail;
+        if ((e = append_path(c, path, slash ? slash + 1 : path, path, d))) goto fail;
         if ((e = build_hash(c, d))) goto fail;
         return K3_OK;
     }

@@ -336,6 +336,8 @@ static void test_bad(void)
     BAD("\"model_type\":\"kimi_linear\"", "\"model_type\":\"kimi_linear\",\"text_config\":5",
         "field 'text_config' is an integer, not an object");
     BAD("\"model_type\":\"kimi_linear\"", "\"model_type\":\"kimi_linear\",\"model_type\":\"x\"", "duplicate object key");
+    /* jansson without JSON_ALLOW_NUL rejects \u0000 (a NUL would cut the string short) */
+    BAD("\"model_type\":\"kimi_linear\"", "\"model_type\":\"kimi\\u0000linear\"", "\\u0000 is not allowed");
 
     k3_config c;
     k3_diag d = {0};
