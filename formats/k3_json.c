@@ -81,21 +81,26 @@ static void skip_ws(parser *p)
     }
 }
 
-/* Length of a valid UTF-8 sequence at s (n bytes left), 0 if invalid. */
-static size_t utf8_len(const unsigned char *s, size_t n)
+size_t k3_utf8_seq(const unsigned char *s, size_t n, const char **why)
 {
     unsigned c = s[0], cp, min;
     size_t len;
-    if (c >= 0xC2 && c <= 0xDF) { len = 2; min = 0x80; cp = c & 0x1F; }
+    if (c < 0x80) return 1;
+    if (c >= 0xC0 && c <= 0xDF) { len = 2; min = 0x80; cp = c & 0x1F; }
     else if (c >= 0xE0 && c <= 0xEF) { len = 3; min = 0x800; cp = c & 0x0F; }
-    else if (c >= 0xF0 && c <= 0xF4) { len = 4; min = 0x10000; cp = c & 0x07; }
-    else return 0;
-    if (n < len) return 0;
+    else if (c >= 0xF0 && c <= 0xF7) { len = 4; min = 0x10000; cp = c & 0x07; }
+    else {
+        *why = c < 0xC0 ? "a stray UTF-8 continuation byte" : "an invalid UTF-8 lead byte";
+        return 0;
+    }
+    if (n < len) { *why = "a truncated UTF-8 sequence"; return 0; }
     for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80) return 0;
+        if ((s[i] & 0xC0) != 0x80) { *why = "a truncated UTF-8 sequence"; return 0; }
         cp = (cp << 6) | (s[i] & 0x3F);
     }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+    if (cp < min) { *why = "an overlong UTF-8 sequence"; return 0; }
+    if (cp >= 0xD800 && cp <= 0xDFFF) { *why = "a UTF-16 surrogate encoded in UTF-8"; return 0; }
+    if (cp > 0x10FFFF) { *why = "a code point above U+10FFFF"; return 0; }
     return len;
 }
 
@@ -173,8 +178,9 @@ static int parse_string(parser *p, uint32_t *idx)
         if (c < 0x20)
             return fail(p, c ? K3J_E_SYNTAX : K3J_E_NUL, i, "control character 0x%02x in a string", c);
         if (c >= 0x80) {
-            size_t n = utf8_len(p->b + i, p->len - i);
-            if (!n) return fail(p, K3J_E_UTF8, i, "invalid UTF-8 byte 0x%02x in a string", c);
+            const char *why;
+            size_t n = k3_utf8_seq(p->b + i, p->len - i, &why);
+            if (!n) return fail(p, K3J_E_UTF8, i, "invalid UTF-8 byte 0x%02x in a string (%s)", c, why);
             i += n;
             continue;
         }

@@ -70,7 +70,7 @@ static const char *esc(esc_buf *b, const char *s, size_t len)
 }
 static const char *esc0(esc_buf *b, const char *s) { return esc(b, s, strlen(s)); }
 
-static void fmt_shape(const uint64_t *shape, unsigned rank, char *out, size_t cap)
+void k3_st_fmt_shape(const uint64_t *shape, unsigned rank, char *out, size_t cap)
 {
     size_t o = 0;
     o += (size_t)snprintf(out + o, cap - o, "[");
@@ -86,23 +86,11 @@ static void fmt_shape(const uint64_t *shape, unsigned rank, char *out, size_t ca
 static const char *utf8_problem(const uint8_t *s, size_t n, size_t *at)
 {
     for (size_t i = 0; i < n;) {
-        unsigned c = s[i];
-        if (c == 0) { *at = i; return "a raw NUL byte"; }
-        if (c < 0x80) { i++; continue; }
-        size_t len;
-        unsigned min, cp;
-        if (c >= 0xC0 && c <= 0xDF) { len = 2; min = 0x80; cp = c & 0x1F; }
-        else if (c >= 0xE0 && c <= 0xEF) { len = 3; min = 0x800; cp = c & 0x0F; }
-        else if (c >= 0xF0 && c <= 0xF7) { len = 4; min = 0x10000; cp = c & 0x07; }
-        else { *at = i; return c < 0xC0 ? "a stray UTF-8 continuation byte" : "an invalid UTF-8 lead byte"; }
-        if (n - i < len) { *at = i; return "a truncated UTF-8 sequence"; }
-        for (size_t k = 1; k < len; k++) {
-            if ((s[i + k] & 0xC0) != 0x80) { *at = i; return "a truncated UTF-8 sequence"; }
-            cp = (cp << 6) | (s[i + k] & 0x3F);
-        }
-        if (cp < min) { *at = i; return "an overlong UTF-8 sequence"; }
-        if (cp >= 0xD800 && cp <= 0xDFFF) { *at = i; return "a UTF-16 surrogate encoded in UTF-8"; }
-        if (cp > 0x10FFFF) { *at = i; return "a code point above U+10FFFF"; }
+        if (s[i] == 0) { *at = i; return "a raw NUL byte"; }
+        if (s[i] < 0x80) { i++; continue; }
+        const char *why;
+        size_t len = k3_utf8_seq(s + i, n - i, &why);
+        if (!len) { *at = i; return why; }
         i += len;
     }
     return NULL;
@@ -222,8 +210,8 @@ static k3_err parse_tensor(const k3j_doc *doc, uint32_t vi, uint64_t data_start,
         has_zero |= t->shape[i] == 0;
         if (!numel_overflow && k3_mul_u64(numel, t->shape[i], &numel)) numel_overflow = 1;
     }
-    char sh[K3_ST_MAX_RANK * 22 + 4];
-    fmt_shape(t->shape, t->rank, sh, sizeof sh);
+    char sh[K3_ST_SHAPE_STR];
+    k3_st_fmt_shape(t->shape, t->rank, sh, sizeof sh);
     if (has_zero) { numel = 0; numel_overflow = 0; }   /* a zero dimension wins over an overflow */
     if (numel_overflow)
         return k3_fail(d, K3_ERR_FORMAT,

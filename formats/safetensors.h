@@ -56,6 +56,10 @@ unsigned k3_dtype_bits(k3_dtype dt);               /* 4, 6, 8, 16, 32, 64 */
 /* Parse a dtype string of len bytes; 0 on success, -1 if unknown. */
 int k3_dtype_parse(const char *s, size_t len, k3_dtype *out);
 
+/* "[3072, 1792]" ("[]" for a scalar) into out (cap >= K3_ST_SHAPE_STR bytes for any rank). */
+#define K3_ST_SHAPE_STR (K3_ST_MAX_RANK * 22 + 4)
+void k3_st_fmt_shape(const uint64_t *shape, unsigned rank, char *out, size_t cap);
+
 /* ------------------------------------------------------------------------- */
 /* limits                                                                     */
 

@@ -18,14 +18,6 @@ static size_t width(const char *s)
     return w;
 }
 
-static void fmt_shape(const k3_st_tensor *t, char *out, size_t cap)
-{
-    size_t o = (size_t)snprintf(out, cap, "[");
-    for (unsigned i = 0; i < t->rank && o < cap; i++)
-        o += (size_t)snprintf(out + o, cap - o, "%s%" PRIu64, i ? ", " : "", t->shape[i]);
-    if (o < cap) snprintf(out + o, cap - o, "]");
-}
-
 static void pad(FILE *f, size_t n)
 {
     while (n--) fputc(' ', f);
@@ -34,14 +26,14 @@ static void pad(FILE *f, size_t n)
 int k3i_list_text(const k3i_ctx *x, FILE *f)
 {
     const k3_st_ckpt *c = &x->ck;
-    char name[NAME_CAP], shape[K3_ST_MAX_RANK * 22 + 4], num[32];
+    char name[NAME_CAP], shape[K3_ST_SHAPE_STR], num[32];
     size_t wn = 4, ws = 5, wb = 5, wf = 4;
     for (size_t i = 0; i < c->n_tensors; i++) {
         if (!k3i_selected(x, i)) continue;
         const k3_st_tensor *t = &c->tensors[i];
         size_t w = width(k3_escape(t->name, t->name_len, name, sizeof name));
         if (w > wn) wn = w;
-        fmt_shape(t, shape, sizeof shape);
+        k3_st_fmt_shape(t->shape, t->rank, shape, sizeof shape);
         if (strlen(shape) > ws) ws = strlen(shape);
         size_t nb = (size_t)snprintf(num, sizeof num, "%" PRIu64, t->nbytes);
         if (nb > wb) wb = nb;
@@ -60,7 +52,7 @@ int k3i_list_text(const k3i_ctx *x, FILE *f)
         k3_escape(t->name, t->name_len, name, sizeof name);
         fputs(name, f);
         pad(f, wn - width(name) + 2);
-        fmt_shape(t, shape, sizeof shape);
+        k3_st_fmt_shape(t->shape, t->rank, shape, sizeof shape);
         fprintf(f, "%-11s  %-*s  %*" PRIu64 "  ", k3_dtype_name((k3_dtype)t->dtype), (int)ws, shape,
                 (int)wb, t->nbytes);
         const char *fn = c->files[t->file].name;
