@@ -169,6 +169,13 @@ typedef struct k3_st_ckpt {
 k3_err k3_st_open(const char *path, k3_st_ckpt *out, k3_diag *d);
 void k3_st_close(k3_st_ckpt *c);
 
+/*
+ * For collections built by hand (k3inspect shows a k3 pack through this same
+ * structure): after files, tensors and pools are filled (all malloc'd, owned
+ * by c, freed by k3_st_close), build the name index. Duplicate names fail.
+ */
+k3_err k3_st_index(k3_st_ckpt *c, k3_diag *d);
+
 /* Find a tensor by full name (hash lookup); NULL if absent. */
 const k3_st_tensor *k3_st_find(const k3_st_ckpt *c, const char *name);
 

@@ -410,6 +410,8 @@ static k3_err open_plain_dir(k3_st_ckpt *c, k3_diag *d)
     return append_file(c, first, first, d);
 }
 
+k3_err k3_st_index(k3_st_ckpt *c, k3_diag *d) { return build_hash(c, d); }
+
 void k3_st_close(k3_st_ckpt *c)
 {
     if (!c) return;

@@ -9,6 +9,8 @@
 #include <stdio.h>
 
 #include "k3_config.h"
+#include "k3_manifest.h"
+#include "k3_shard.h"
 #include "k3_tensor_kind.h"
 #include "safetensors.h"
 
@@ -24,7 +26,19 @@ typedef struct k3i_ctx {
     uint8_t *layer_ffn;          /* [n_layers] K3I_FFN_* */
     uint8_t *kind;               /* [ck.n_tensors] k3_kind of each tensor */
     const char *filter;          /* fnmatch glob on full names, NULL = all */
+    /* a k3 pack (k3inspect_pack.c): ck is built from its manifest */
+    int is_pack;
+    k3_manifest pack;
+    k3_shard_header *shard_hdr;  /* [pack.n_shards] headers read from the shards */
+    uint8_t *shard_ok;           /* [pack.n_shards] 1 = header read and valid */
 } k3i_ctx;
+
+/* Packs: detection, loading into x (ck, cfg text, headers), the pack-only views. */
+int k3i_is_pack(const char *path);
+k3_err k3i_open_pack(k3i_ctx *x, const char *dir, k3_diag *d);
+void k3i_close_pack(k3i_ctx *x);
+int k3i_pack_text(const k3i_ctx *x, FILE *f);      /* shard table and record layout */
+void k3i_pack_json(const k3i_ctx *x, FILE *f);     /* ,"pack":{...} inside a JSON view */
 
 /* Fill layer types and tensor kinds (after ck and cfg are set). 0 or -1 on ENOMEM. */
 int k3i_classify(k3i_ctx *x);

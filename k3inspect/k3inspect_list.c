@@ -88,6 +88,7 @@ int k3i_list_json(const k3i_ctx *x, FILE *f)
     }
     fprintf(f, "],\"totals\":{\"tensors\":%" PRIu64 ",\"params\":%" PRIu64 ",\"bytes\":%" PRIu64 "}",
             n, params, bytes);
+    k3i_pack_json(x, f);
     k3i_json_warnings(x, f);
     fputs("}\n", f);
     return ferror(f) ? -1 : 0;

@@ -127,6 +127,7 @@ int k3i_summary_json(const k3i_ctx *x, FILE *f)
     fputs("],\n\"totals\":{", f);
     json_acc(f, &s.total);
     fprintf(f, ",\"files\":%zu}", x->ck.n_files);
+    k3i_pack_json(x, f);
     k3i_json_warnings(x, f);
     fputs("}\n", f);
     free(s.layer);

@@ -13,11 +13,13 @@
 #include "k3_sys.h"
 #include "k3inspect.h"
 
-enum { OPT_SUMMARY = K3_OPT_USER, OPT_JSON, OPT_FILTER, OPT_CONFIG, OPT_NO_CONFIG };
+enum { OPT_SUMMARY = K3_OPT_USER, OPT_JSON, OPT_FILTER, OPT_CONFIG, OPT_NO_CONFIG, OPT_SHARDS };
 
 static const k3_opt opts[] = {
     {OPT_SUMMARY, 's', "summary", NULL, NULL, NULL,
      "params and bytes by layer (with its kind) and by tensor kind, with totals"},
+    {OPT_SHARDS, 0, "shards", NULL, NULL, NULL,
+     "packs: the per-shard table and the expert record layout (also shown after --summary)"},
     {OPT_JSON, 'j', "json", NULL, NULL, NULL, "one JSON document (\"schema\": 1) instead of text"},
     {OPT_FILTER, 'f', "filter", "GLOB", "all tensors", NULL,
      "only tensors whose full name matches GLOB (fnmatch; '*' also matches '.')"},
@@ -29,10 +31,16 @@ static const k3_opt opts[] = {
 #define N_OPTS ((int)(sizeof opts / sizeof opts[0]))
 
 static const char purpose[] =
-    "Show the tensors of a safetensors checkpoint: SRC is a .safetensors file or a\n"
-    "directory (model.safetensors.index.json with its shards, or a single\n"
-    "*.safetensors / model.safetensors). Every header is validated strictly;\n"
-    "tensor data is never read.\n"
+    "Show the tensors of a safetensors checkpoint or a k3 pack: SRC is a\n"
+    "checkpoint directory (model.safetensors.index.json with its shards, or a\n"
+    "single *.safetensors / model.safetensors), a .safetensors file, or a pack\n"
+    "directory (made by k3pack; recognised by its manifest.json). Every header\n"
+    "is validated strictly; tensor data is never read.\n"
+    "\n"
+    "A pack is shown with the checkpoint's names (prefix put back), every part of\n"
+    "every expert record as a row, MXFP4 as F4 and its scales as F8_E8M0; the\n"
+    "pack's shards are the files. --summary and --shards add the per-shard table\n"
+    "and the expert record layout; --json adds them as \"pack\".\n"
     "\n"
     "Views:\n"
     "  default    one row per tensor: name, dtype, shape, bytes, file, offset\n"
@@ -46,7 +54,8 @@ static const char purpose[] =
 
 static const char footer[] =
     "Example:\n"
-    "  k3inspect --summary /models/Kimi-K3\n";
+    "  k3inspect --summary /models/Kimi-K3\n"
+    "  k3inspect --shards /packs/kimi-k3\n";
 
 static int fail(k3_err e, const k3_diag *d)
 {
@@ -87,8 +96,12 @@ int main(int argc, char **argv)
     memset(&x, 0, sizeof x);
     x.filter = k3_opt_str(&a, OPT_FILTER);
     double t0 = k3_now();
-    k3_err e = k3_st_open(a.pos[0], &x.ck, &d);
-    if (e) return fail(e, &d);
+    k3_err e = k3i_is_pack(a.pos[0]) ? k3i_open_pack(&x, a.pos[0], &d) : k3_st_open(a.pos[0], &x.ck, &d);
+    if (e) {
+        k3i_close_pack(&x);
+        k3_st_close(&x.ck);
+        return fail(e, &d);
+    }
     k3_info("opened '%s': %zu tensors in %zu files in %.3f s", a.pos[0], x.ck.n_tensors,
             x.ck.n_files, k3_now() - t0);
     for (size_t i = 0; i < x.ck.n_warnings; i++) k3_warn("%s", x.ck.warnings[i]);
@@ -99,11 +112,12 @@ int main(int argc, char **argv)
         if ((e = k3_config_load(x.cfg_source, &x.cfg, &d))) goto out_fail;
         x.has_cfg = 1;
     } else if (!k3_opt_count(&a, OPT_NO_CONFIG) && x.ck.config_json) {
-        snprintf(cfg_path, sizeof cfg_path, "%s/config.json", x.ck.dir);
+        snprintf(cfg_path, sizeof cfg_path, x.is_pack ? "%s/manifest.json (config)" : "%s/config.json", x.ck.dir);
         x.cfg_source = cfg_path;
         if ((e = k3_config_parse(x.ck.config_json, x.ck.config_len, cfg_path, &x.cfg, &d))) {
             k3_error("%s", d.msg);
             fprintf(stderr, "%s: hint: --no-config ignores config.json\n", k3_log_prog());
+            k3i_close_pack(&x);
             k3_st_close(&x.ck);
             return k3_exit_code(e);
         }
@@ -123,8 +137,15 @@ int main(int argc, char **argv)
     }
 
     int json = k3_opt_count(&a, OPT_JSON) > 0, summary = k3_opt_count(&a, OPT_SUMMARY) > 0;
+    int shards = k3_opt_count(&a, OPT_SHARDS) > 0;
+    if (shards && !x.is_pack) {
+        e = k3_fail(&d, K3_ERR_USAGE, "--shards needs a k3 pack ('%s' is a checkpoint)", a.pos[0]);
+        goto out_fail;
+    }
     int r = summary ? (json ? k3i_summary_json(&x, stdout) : k3i_summary_text(&x, stdout))
+            : shards && !json ? 0
                     : (json ? k3i_list_json(&x, stdout) : k3i_list_text(&x, stdout));
+    if (!r && x.is_pack && !json && (summary || shards)) r = k3i_pack_text(&x, stdout);
     if (r || fflush(stdout) || ferror(stdout)) {
         e = k3_fail(&d, K3_ERR_IO, "cannot write to standard output");
         goto out_fail;
@@ -133,6 +154,7 @@ int main(int argc, char **argv)
     free(x.layer_attn);
     free(x.layer_ffn);
     free(x.kind);
+    k3i_close_pack(&x);
     k3_st_close(&x.ck);
     return K3_EXIT_OK;
 
@@ -140,6 +162,7 @@ out_fail:
     free(x.layer_attn);
     free(x.layer_ffn);
     free(x.kind);
+    k3i_close_pack(&x);
     k3_st_close(&x.ck);
     return fail(e, &d);
 }
