@@ -1,5 +1,6 @@
 /* k3_log.c - leveled messages on stderr and escaping of untrusted strings. */
 #include "k3_log.h"
+#include "k3_utf8.h"
 
 #include <stdarg.h>
 #include <string.h>
@@ -60,27 +61,6 @@ void k3_debug(const char *fmt, ...)
     va_end(ap);
 }
 
-/* Length of the valid UTF-8 sequence at s (1..4), or 0 if invalid. */
-static size_t utf8_seq(const unsigned char *s, size_t n)
-{
-    unsigned c = s[0];
-    size_t len;
-    unsigned min;
-    if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) { len = 2; min = 0x80; }
-    else if ((c & 0xF0) == 0xE0) { len = 3; min = 0x800; }
-    else if (c >= 0xF0 && c <= 0xF4) { len = 4; min = 0x10000; }
-    else return 0;
-    if (n < len) return 0;
-    unsigned cp = c & (0x7F >> len);
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80) return 0;
-        cp = (cp << 6) | (s[i] & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-    return len;
-}
-
 char *k3_escape(const char *in, size_t len, char *out, size_t cap)
 {
     const unsigned char *s = (const unsigned char *)in;
@@ -89,7 +69,7 @@ char *k3_escape(const char *in, size_t len, char *out, size_t cap)
     for (size_t i = 0; i < len;) {
         char tmp[8];
         size_t tl;
-        size_t seq = utf8_seq(s + i, len - i);
+        size_t seq = k3_utf8_seq(s + i, len - i, NULL);
         if (seq > 1) {
             memcpy(tmp, s + i, seq);
             tl = seq;
@@ -128,7 +108,7 @@ void k3_json_str(FILE *f, const char *str, size_t len)
         else if (c == '\r') fputs("\\r", f);
         else if (c < 0x20 || c == 0x7F) fprintf(f, "\\u%04x", c);
         else if (c >= 0x80) {
-            size_t seq = utf8_seq(s + i, len - i);
+            size_t seq = k3_utf8_seq(s + i, len - i, NULL);
             if (seq == 0) { fputs("\\ufffd", f); continue; }
             fwrite(s + i, 1, seq, f);
             i += seq - 1;

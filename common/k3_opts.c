@@ -3,6 +3,7 @@
 #include "k3_log.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -183,4 +184,16 @@ void k3_opts_help(FILE *f, const char *usage, const char *purpose,
     }
     if (footer && *footer) fprintf(f, "\n%s", footer);
     fprintf(f, "\n%s", k3_exit_codes_help);
+}
+
+int k3_usage_error(const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    k3_error("%s", msg);
+    fprintf(stderr, "Try '%s --help' for more information.\n", k3_log_prog());
+    return K3_EXIT_USAGE;
 }

@@ -71,6 +71,10 @@ k3_err k3_opt_u64(const k3_args *a, int id, uint64_t def, int allow_suffix,
 void k3_opts_help(FILE *f, const char *usage, const char *purpose,
                   const k3_opt *opts, int n_opts, const char *footer);
 
+/* A usage error: "<prog>: error: <msg>" and "Try '<prog> --help' ..." on
+   stderr; returns K3_EXIT_USAGE for main() to return. */
+int k3_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* The exit-code table every --help ends with. */
 extern const char k3_exit_codes_help[];
 

@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "k3_error.h"
+#include "k3_utf8.h"
 
 #define K3J_MAX_DEPTH 2048
 #define K3J_MAX_LEN 0x7fffffffu         /* documents up to 2 GiB - 1 */
@@ -59,13 +60,6 @@ typedef struct k3j_error {
 
 enum { K3J_E_SYNTAX = 1, K3J_E_UTF8, K3J_E_NUL, K3J_E_DUPLICATE, K3J_E_RANGE, K3J_E_DEPTH, K3J_E_NOMEM };
 
-/*
- * The UTF-8 sequence at s (n > 0 bytes left): its length (1..4), or 0 with
- * *why set to what is wrong ("an overlong UTF-8 sequence", "a UTF-16
- * surrogate encoded in UTF-8", ...). Shared by the parser and the safetensors
- * header scan.
- */
-size_t k3_utf8_seq(const unsigned char *s, size_t n, const char **why);
 
 /* Parse len bytes. 0 on success (free with k3j_free), -1 with *err filled. */
 int k3j_parse(const char *buf, size_t len, k3j_doc *doc, k3j_error *err);

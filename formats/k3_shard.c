@@ -9,6 +9,7 @@
 #include "k3_file.h"
 #include "k3_hash.h"
 #include "k3_log.h"
+#include "k3_utf8.h"
 
 static const struct { const char *name; int bits; } enc_table[K3_ENC__END] = {
     [K3_ENC_BF16] = {"BF16", 16}, [K3_ENC_F16] = {"F16", 16}, [K3_ENC_F32] = {"F32", 32},
@@ -168,31 +169,6 @@ k3_err k3_shard_encode(k3_shard_header *h, uint8_t **out, size_t *len, k3_diag *
 
 /* ------------------------------------------------------------------ reader */
 
-static int valid_utf8(const uint8_t *s, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (s[i] == 0) return 0;
-    for (size_t i = 0; i < n;) {
-        unsigned c = s[i];
-        size_t len;
-        unsigned min, cp;
-        if (c < 0x80) { i++; continue; }
-        if (c >= 0xC2 && c <= 0xDF) { len = 2; min = 0x80; }
-        else if ((c & 0xF0) == 0xE0) { len = 3; min = 0x800; }
-        else if (c >= 0xF0 && c <= 0xF4) { len = 4; min = 0x10000; }
-        else return 0;
-        if (i + len > n) return 0;
-        cp = c & (0x7F >> len);
-        for (size_t k = 1; k < len; k++) {
-            if ((s[i + k] & 0xC0) != 0x80) return 0;
-            cp = (cp << 6) | (s[i + k] & 0x3F);
-        }
-        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-        i += len;
-    }
-    return 1;
-}
-
 static int cmp_entry_offset(const void *a, const void *b)
 {
     const k3_shard_entry *x = *(const k3_shard_entry *const *)a, *y = *(const k3_shard_entry *const *)b;
@@ -296,7 +272,8 @@ k3_err k3_shard_decode(const uint8_t *b, size_t len, uint64_t actual_size, const
         e->name = h->names + no;
         char esc[256];
         k3_escape(e->name, e->name_len, esc, sizeof esc);
-        if (!valid_utf8((const uint8_t *)e->name, e->name_len))
+        size_t bad_at;
+        if (k3_utf8_problem((const unsigned char *)e->name, e->name_len, &bad_at))
             BAD("'%s': entry %u: name '%s' is not valid UTF-8", path, i, esc);
         if (!all_zero(r + 26, 6)) BAD("'%s': entry '%s': reserved bytes are not zero", path, esc);
         if (e->ndim > K3_SHARD_MAX_DIMS) BAD("'%s': entry '%s': %u dimensions (limit %d)", path, esc, e->ndim, K3_SHARD_MAX_DIMS);

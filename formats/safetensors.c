@@ -19,6 +19,7 @@
 #include "k3_file.h"
 #include "k3_json.h"
 #include "k3_log.h"
+#include "k3_utf8.h"
 
 /* ------------------------------------------------------------------------- */
 /* dtypes (FORMATS.md §1.2)                                                   */
@@ -77,23 +78,6 @@ void k3_st_fmt_shape(const uint64_t *shape, unsigned rank, char *out, size_t cap
     for (unsigned i = 0; i < rank && o < cap; i++)
         o += (size_t)snprintf(out + o, cap - o, "%s%" PRIu64, i ? ", " : "", shape[i]);
     if (o < cap) snprintf(out + o, cap - o, "]");
-}
-
-/*
- * Validate UTF-8 and the absence of raw NUL bytes in s[0..n). On failure
- * returns a description and sets *at to the offset of the offending byte.
- */
-static const char *utf8_problem(const uint8_t *s, size_t n, size_t *at)
-{
-    for (size_t i = 0; i < n;) {
-        if (s[i] == 0) { *at = i; return "a raw NUL byte"; }
-        if (s[i] < 0x80) { i++; continue; }
-        const char *why;
-        size_t len = k3_utf8_seq(s + i, n - i, &why);
-        if (!len) { *at = i; return why; }
-        i += len;
-    }
-    return NULL;
 }
 
 /* ------------------------------------------------------------------------- */
@@ -306,7 +290,7 @@ k3_err k3_st_parse_header(const uint8_t *buf, size_t len, uint64_t file_size,
     const uint8_t *hdr = buf + 8;
 
     size_t at;
-    const char *bad = utf8_problem(hdr, (size_t)n, &at);
+    const char *bad = k3_utf8_problem(hdr, (size_t)n, &at);
     if (bad)
         return k3_fail(d, K3_ERR_FORMAT, "'%s': header contains %s (0x%02x) at byte offset %zu",
                        dn, bad, hdr[at], at + 8);

@@ -68,11 +68,7 @@ int main(int argc, char **argv)
     k3_log_init(argv[0]);
     k3_args a;
     k3_diag d = {0};
-    if (k3_opts_parse(opts, N_OPTS, argc, argv, &a, &d)) {
-        k3_error("%s", d.msg);
-        fprintf(stderr, "Try '%s --help' for more information.\n", k3_log_prog());
-        return K3_EXIT_USAGE;
-    }
+    if (k3_opts_parse(opts, N_OPTS, argc, argv, &a, &d)) return k3_usage_error("%s", d.msg);
     if (k3_opt_count(&a, K3_OPT_HELP)) {
         k3_opts_help(stdout, "k3inspect [OPTIONS] SRC", purpose, opts, N_OPTS, footer);
         return K3_EXIT_OK;
@@ -81,12 +77,9 @@ int main(int argc, char **argv)
         printf("%s %s\n", k3_log_prog(), K3_VERSION);
         return K3_EXIT_OK;
     }
-    if (a.n_pos != 1) {
-        if (a.n_pos) k3_error("expected one SRC, got %d arguments", a.n_pos);
-        else k3_error("missing SRC (a .safetensors file or a checkpoint directory)");
-        fprintf(stderr, "Try '%s --help' for more information.\n", k3_log_prog());
-        return K3_EXIT_USAGE;
-    }
+    if (a.n_pos != 1)
+        return a.n_pos ? k3_usage_error("expected one SRC, got %d arguments", a.n_pos)
+                       : k3_usage_error("missing SRC (a checkpoint directory, a .safetensors file or a pack)");
     if (k3_opt_count(&a, OPT_CONFIG) && k3_opt_count(&a, OPT_NO_CONFIG)) {
         k3_error("--config and --no-config cannot be used together");
         return K3_EXIT_USAGE;

@@ -42,13 +42,6 @@ static const char usage_footer[] =
     "the same bytes. The same checkpoint gives the same pack whatever --threads and the kind of input.\n"
     "\nExample:\n  k3pack ~/models/Kimi-K3 -o ~/packs/k3 && k3verify ~/packs/k3\n";
 
-static int usage_error(const char *msg)
-{
-    k3_error("%s", msg);
-    fprintf(stderr, "Try '%s --help' for more information.\n", k3_log_prog());
-    return K3_EXIT_USAGE;
-}
-
 static int is_archive(const char *src)
 {
     struct stat st;
@@ -86,7 +79,7 @@ int main(int argc, char **argv)
     k3_log_init(argv[0]);
     k3_args a;
     k3_diag d = {0};
-    if (k3_opts_parse(opts, N_OPTS, argc, argv, &a, &d)) return usage_error(d.msg);
+    if (k3_opts_parse(opts, N_OPTS, argc, argv, &a, &d)) return k3_usage_error("%s", d.msg);
     if (k3_opt_count(&a, K3_OPT_HELP)) {
         k3_opts_help(stdout, "k3pack [OPTIONS] SRC -o PACK", "Convert a safetensors checkpoint into a k3 pack.",
                      opts, N_OPTS, usage_footer);
@@ -98,15 +91,15 @@ int main(int argc, char **argv)
     }
     int json = k3_opt_count(&a, O_JSON) > 0, dry = k3_opt_count(&a, O_DRY) > 0;
     const char *out = k3_opt_str(&a, O_OUT), *mode_s = k3_opt_str(&a, O_EXPERTS);
-    if (a.n_pos != 1) return usage_error(a.n_pos ? "exactly one SRC expected" : "missing SRC");
-    if (!out && !dry) return usage_error("missing '-o PACK'");
+    if (a.n_pos != 1) return k3_usage_error("%s", a.n_pos ? "exactly one SRC expected" : "missing SRC");
+    if (!out && !dry) return k3_usage_error("missing '-o PACK'");
     pk_expert_mode mode = PK_EXPERTS_AUTO;
     if (mode_s && !strcmp(mode_s, "mxfp4")) mode = PK_EXPERTS_MXFP4;
     else if (mode_s && !strcmp(mode_s, "bf16")) mode = PK_EXPERTS_BF16;
-    else if (mode_s && strcmp(mode_s, "auto")) return usage_error("'--experts' takes auto, mxfp4 or bf16");
+    else if (mode_s && strcmp(mode_s, "auto")) return k3_usage_error("'--experts' takes auto, mxfp4 or bf16");
     uint64_t threads;
-    if (k3_opt_u64(&a, O_THREADS, 1, 0, &threads, &d)) return usage_error(d.msg);
-    if (threads < 1 || threads > 256) return usage_error("'--threads' must be between 1 and 256");
+    if (k3_opt_u64(&a, O_THREADS, 1, 0, &threads, &d)) return k3_usage_error("%s", d.msg);
+    if (threads < 1 || threads > 256) return k3_usage_error("'--threads' must be between 1 and 256");
     const char *src = a.pos[0];
     double t0 = k3_now();
 

@@ -21,11 +21,7 @@ int main(int argc, char **argv)
     k3_log_init(argv[0]);
     k3_args a;
     k3_diag d;
-    if (k3_opts_parse(opts, N_OPTS, argc, argv, &a, &d)) {
-        k3_error("%s", d.msg);
-        fprintf(stderr, "Try '%s --help' for more information.\n", k3_log_prog());
-        return K3_EXIT_USAGE;
-    }
+    if (k3_opts_parse(opts, N_OPTS, argc, argv, &a, &d)) return k3_usage_error("%s", d.msg);
     if (k3_opt_count(&a, K3_OPT_HELP)) {
         k3_opts_help(stdout, "k3run [OPTIONS] PACK", "generate text from a k3 pack.\n\nNot implemented yet: the runtime (kernels, KDA, MLA, MoE, expert cache) is not built yet.", opts, N_OPTS, "");
         return K3_EXIT_OK;

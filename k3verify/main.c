@@ -49,13 +49,6 @@ static const char footer[] =
     "Exit status 1 means something FAILED (damage found; it wins over 3); 3 means a file could not be\n"
     "read and nothing was found damaged.\n";
 
-static int usage_error(const char *msg)
-{
-    k3_error("%s", msg);
-    fprintf(stderr, "Try '%s --help' for more information.\n", k3_log_prog());
-    return K3_EXIT_USAGE;
-}
-
 static int parse_subset(const char *s, uint32_t *n, uint32_t *t)
 {
     char *end;
@@ -76,7 +69,7 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0);    /* whole lines, even into a pipe */
     k3_args a;
     k3_diag d;
-    if (k3_opts_parse(opts, N_OPTS, argc, argv, &a, &d)) return usage_error(d.msg);
+    if (k3_opts_parse(opts, N_OPTS, argc, argv, &a, &d)) return k3_usage_error("%s", d.msg);
     if (k3_opt_count(&a, K3_OPT_HELP)) {
         k3_opts_help(stdout, "k3verify [OPTIONS] PACK\n       k3verify --checkpoint DIR [OPTIONS]", purpose, opts,
                      N_OPTS, footer);
@@ -90,25 +83,25 @@ int main(int argc, char **argv)
     po.quick = k3_opt_count(&a, OPT_QUICK) > 0;
     po.buf_size = 16u << 20;
     uint64_t threads;
-    if (k3_opt_u64(&a, OPT_THREADS, 1, 0, &threads, &d)) return usage_error(d.msg);
-    if (threads < 1 || threads > 1024) return usage_error("option '--threads': N must be between 1 and 1024");
+    if (k3_opt_u64(&a, OPT_THREADS, 1, 0, &threads, &d)) return k3_usage_error("%s", d.msg);
+    if (threads < 1 || threads > 1024) return k3_usage_error("option '--threads': N must be between 1 and 1024");
     po.threads = (int)threads;
     const char *subset = k3_opt_str(&a, OPT_SUBSET);
     if (subset && parse_subset(subset, &po.subset_n, &po.subset_t)) {
         char msg[256];
         snprintf(msg, sizeof msg, "option '--subset': '%.100s' is not N/T with 1 <= N <= T", subset);
-        return usage_error(msg);
+        return k3_usage_error("%s", msg);
     }
     k3v_report r;
     k3v_report_init(&r, stdout, k3_opt_count(&a, OPT_JSON) > 0, k3_opt_count(&a, K3_OPT_QUIET) > 0,
                     k3_opt_count(&a, K3_OPT_VERBOSE) > 0);
     const char *ckpt = k3_opt_str(&a, OPT_CHECKPOINT);
     if (ckpt) {
-        if (a.n_pos) return usage_error("--checkpoint DIR takes no other argument");
+        if (a.n_pos) return k3_usage_error("--checkpoint DIR takes no other argument");
         if (po.quick || subset || k3_opt_count(&a, OPT_THREADS))
-            return usage_error("--quick, --subset and --threads apply to packs, not to --checkpoint");
+            return k3_usage_error("--quick, --subset and --threads apply to packs, not to --checkpoint");
         return k3v_verify_checkpoint(ckpt, &r);
     }
-    if (a.n_pos != 1) return usage_error(a.n_pos ? "expected one PACK directory" : "missing PACK directory");
+    if (a.n_pos != 1) return k3_usage_error("%s", a.n_pos ? "expected one PACK directory" : "missing PACK directory");
     return k3v_verify_pack(a.pos[0], &po, &r);
 }
