@@ -92,6 +92,7 @@ typedef struct pk_writer {
     k3_shard_hashes *hashes;    /* [n_shards] what the manifest records */
     k3_quant_stats qstats;
     uint64_t bytes_done;        /* checkpoint bytes consumed, for progress */
+    uint32_t shards_done;       /* finished or resumed shards, for progress */
     k3_progress prog;
     pthread_mutex_t lock;       /* journal, stats, progress */
     char fingerprint[33];

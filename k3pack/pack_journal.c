@@ -164,6 +164,9 @@ k3_err pk_resume(pk_writer *w, k3_diag *d)
             if (take_over(w, s, &h)) {
                 w->done[s] = w->resumed[s] = 1;
                 w->remaining[s] = 0;
+                w->shards_done++;
+                for (size_t k = 0; k < w->p->shards[s].n_items; k++)
+                    w->bytes_done += w->p->items[w->p->shards[s].first_item + k].src_bytes;
                 n++;
             } else {
                 k3_warn("shard '%s' from the interrupted run does not match its journal entry; writing it again", name);

@@ -183,7 +183,9 @@ k3_err pk_feed_end(pk_writer *w, pk_feed *f, k3_diag *d)
     pthread_mutex_lock(&w->lock);
     w->remaining[it->shard]--;
     w->bytes_done += it->src_bytes;
-    k3_progress_update(&w->prog, w->bytes_done, w->p->shards[it->shard].name);
+    char detail[96];
+    snprintf(detail, sizeof detail, "shard %u/%u %s", w->shards_done + 1, w->p->n_shards, w->p->shards[it->shard].name);
+    k3_progress_update(&w->prog, w->bytes_done, detail);
     pthread_mutex_unlock(&w->lock);
     return e;
 }
@@ -203,6 +205,7 @@ k3_err pk_shard_finish(pk_writer *w, uint32_t s, k3_diag *d)
     af->fd = -1;
     pthread_mutex_lock(&w->lock);
     w->done[s] = 1;
+    w->shards_done++;
     e = pk_journal_write(w, d);
     if (w->json) {
         char hex[33];

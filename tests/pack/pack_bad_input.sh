@@ -130,4 +130,19 @@ sleep 0.5
 expect_exit 3 "$K3_BIN/k3pack" "$T/ck" -o "$T/locked"
 expect_err "locked"
 wait
+# not enough free space: refused before writing (needs a small tmpfs: root)
+mkdir -p "$T/small_fs"
+if mount -t tmpfs -o size=4m tmpfs "$T/small_fs" 2>/dev/null; then
+    set +e
+    "$K3_BIN/k3pack" "$T/ck" -o "$T/small_fs/p" >"$T/out" 2>"$T/err"
+    rc=$?
+    set -e
+    leftover=$(ls -A "$T/small_fs/p" 2>/dev/null | grep -v '^\.k3pack\.lock$' || true)
+    umount "$T/small_fs"
+    [ "$rc" -eq 3 ] || { cat "$T/err"; fail "no-space run exited $rc, expected 3"; }
+    expect_err "the pack needs"
+    [ -z "$leftover" ] || fail "files written although space was short: $leftover"
+else
+    echo "pack_bad_input: free-space check skipped (cannot mount a tmpfs here)"
+fi
 echo "pack_bad_input: OK"
