@@ -86,14 +86,19 @@ k3_err pk_plan_build(pk_plan *p, const char *config_text, size_t config_len, pk_
     p->config_text[config_len] = '\0';
     p->config_len = config_len;
     const k3_config *c = &p->cfg;
-    if (c->experts_mxfp4 && mode == PK_EXPERTS_BF16)
+    if (c->experts_mxfp4 && mode == PK_EXPERTS_BF16) {
+        pk_plan_free(p);
         return k3_fail(d, K3_ERR_USAGE, "the checkpoint's experts are MXFP4; '--experts bf16' would need "
                        "dequantizing them, which k3pack does not do (they are kept bit-exact)");
+    }
     p->experts = c->experts_mxfp4 ? PK_EXPERTS_MXFP4 : mode == PK_EXPERTS_MXFP4 ? PK_EXPERTS_MXFP4 : PK_EXPERTS_BF16;
     p->quantize = !c->experts_mxfp4 && mode == PK_EXPERTS_MXFP4;
 
     k3_xlist xl;
-    if ((e = k3_expected_tensors(c, &xl, d))) return e;
+    if ((e = k3_expected_tensors(c, &xl, d))) {
+        pk_plan_free(p);
+        return e;
+    }
     uint32_t L = c->num_hidden_layers;
     const char *prefix = k3_config_prefix(c);
     xref *refs = calloc(xl.n + 1, sizeof *refs);                 /* [xl.n] */
