@@ -42,6 +42,22 @@ for t in json.load(open(T + "/cklist.json"))["tensors"]:
 assert not lst, "pack lists tensors the checkpoint lacks: %s" % list(lst)[:3]
 print("pack and checkpoint agree on %d kinds" % len(kinds(p)))
 PYEOF
+# the layer kinds k3inspect reports are the config's schedule (1-based kda_layers, 0-based MoE test)
+for preset in tiny small; do
+    [ "$preset" = tiny ] && dir="$T/ck" || { make_ckpt small "$T/small"; dir="$T/small"; }
+    "$K3_BIN/k3inspect" --summary --json "$dir" > "$T/kinds.json"
+    $PY - "$dir/config.json" "$T/kinds.json" <<'PYEOF'
+import json, sys
+c = json.load(open(sys.argv[1]))["text_config"]
+got = [(l["layer"], l["kind"]) for l in json.load(open(sys.argv[2]))["layers"]]
+kda = set(c["linear_attn_config"]["kda_layers"])
+want = [(i, ("KDA" if i + 1 in kda else "MLA") + ("+MoE" if i >= c["first_k_dense_replace"] and i % c["moe_layer_freq"] == 0 else "+dense"))
+        for i in range(c["num_hidden_layers"])]
+assert got == want, (got, want)
+assert want[-1][1].startswith("MLA") and want[-2][1].startswith("MLA") and want[0][1] == "KDA+dense"
+print("layer kinds match the config: %s" % " ".join(k for _, k in got))
+PYEOF
+done
 "$K3_BIN/k3inspect" --shards "$T/p" > "$T/shards.txt"
 grep -q "^experts-layer-001.k3s *experts *1 .* ok$" "$T/shards.txt" || { cat "$T/shards.txt"; fail "shard table"; }
 grep -q "^w2.weight_scale *E8M0" "$T/shards.txt" || fail "record layout"
