@@ -20,10 +20,12 @@ int k3_log_level(void) { return g_level; }
 
 static void vlog(const char *tag, const char *fmt, va_list ap)
 {
-    /* one fprintf per line so concurrent writers do not interleave mid-line */
-    char line[4096];
+    /* one fprintf per line so concurrent writers do not interleave mid-line;
+       messages hold untrusted names: no raw control byte may reach the terminal */
+    char line[4096], safe[4 * sizeof line + 8];
     vsnprintf(line, sizeof line, fmt, ap);
-    fprintf(stderr, "%s: %s%s\n", g_prog, tag, line);
+    k3_escape_ctl(line, strlen(line), safe, sizeof safe);
+    fprintf(stderr, "%s: %s%s\n", g_prog, tag, safe);
 }
 
 void k3_error(const char *fmt, ...)
@@ -61,19 +63,21 @@ void k3_debug(const char *fmt, ...)
     va_end(ap);
 }
 
-char *k3_escape(const char *in, size_t len, char *out, size_t cap)
+static char *escape(const char *in, size_t len, char *out, size_t cap, int quotes)
 {
     const unsigned char *s = (const unsigned char *)in;
     size_t o = 0;
     if (cap == 0) return out;
     for (size_t i = 0; i < len;) {
-        char tmp[8];
+        char tmp[12];
         size_t tl;
         size_t seq = k3_utf8_seq(s + i, len - i, NULL);
-        if (seq > 1) {
+        if (seq == 2 && s[i] == 0xC2 && s[i + 1] < 0xA0) {     /* C1 control U+0080..U+009F */
+            tl = (size_t)snprintf(tmp, sizeof tmp, "\\x%02x\\x%02x", s[i], s[i + 1]);
+        } else if (seq > 1) {
             memcpy(tmp, s + i, seq);
             tl = seq;
-        } else if (s[i] == '\\' || s[i] == '\'') {
+        } else if (quotes && (s[i] == '\\' || s[i] == '\'')) {
             tmp[0] = '\\'; tmp[1] = (char)s[i]; tl = 2;
             seq = 1;
         } else if (s[i] >= 0x20 && s[i] < 0x7F) {
@@ -95,6 +99,9 @@ char *k3_escape(const char *in, size_t len, char *out, size_t cap)
     out[o] = '\0';
     return out;
 }
+
+char *k3_escape(const char *in, size_t len, char *out, size_t cap) { return escape(in, len, out, cap, 1); }
+char *k3_escape_ctl(const char *in, size_t len, char *out, size_t cap) { return escape(in, len, out, cap, 0); }
 
 void k3_json_str(FILE *f, const char *str, size_t len)
 {

@@ -30,11 +30,19 @@ void k3_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /*
  * Escape an untrusted byte string for display: printable ASCII kept, '\\' and
- * '\'' escaped, other bytes as \xNN (valid UTF-8 sequences kept as is).
+ * '\'' escaped, other bytes as \xNN (valid UTF-8 sequences kept as is, except
+ * the C1 controls U+0080..U+009F, which terminals act on: U+009B is CSI).
  * Always NUL-terminates; truncates with "..." if out is too small.
  * Returns out, so it can be used inline in printf arguments.
  */
 char *k3_escape(const char *in, size_t len, char *out, size_t cap);
+
+/*
+ * The same, but '\\' and '\'' are kept: for whole messages that may hold
+ * names escaped already, so that no raw control byte reaches a terminal.
+ * Every message of k3_error/k3_warn/k3_info/k3_debug goes through it.
+ */
+char *k3_escape_ctl(const char *in, size_t len, char *out, size_t cap);
 
 /* Write s as a JSON string literal (with quotes) to f. */
 void k3_json_str(FILE *f, const char *s, size_t len);

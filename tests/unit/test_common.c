@@ -2,6 +2,7 @@
  * test_common.c - common/: number conversions against values worked out by
  * hand, checked arithmetic, option parsing, escaping, hashing, atomic files.
  */
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -186,6 +187,9 @@ static void test_escape_errors(void)
     CHECK_STR(k3_escape("\xc3\xa9", 2, buf, sizeof buf), "\xc3\xa9");        /* valid UTF-8 kept */
     CHECK_STR(k3_escape("\xc0\xaf", 2, buf, sizeof buf), "\\xc0\\xaf");      /* overlong '/' */
     CHECK_STR(k3_escape("\xed\xa0\x80", 3, buf, sizeof buf), "\\xed\\xa0\\x80"); /* surrogate */
+    /* C1 controls are valid UTF-8 but terminals act on them (U+009B is CSI): escaped */
+    CHECK_STR(k3_escape("a\xc2\x9b" "2Jb", 6, buf, sizeof buf), "a\\xc2\\x9b2Jb");
+    CHECK_STR(k3_escape("\xc2\x85\xc2\xa0", 4, buf, sizeof buf), "\\xc2\\x85\xc2\xa0");  /* NEL out, NBSP in */
     char small[8];
     k3_escape("abcdefghijkl", 12, small, sizeof small);
     CHECK(strlen(small) < sizeof small && strstr(small, "...") != NULL);
@@ -197,6 +201,35 @@ static void test_escape_errors(void)
     k3_fail(&d, K3_ERR_FORMAT, "tensor '%s' is bad", "x");
     k3_diag_wrap(&d, "'%s'", "f.safetensors");
     CHECK_STR(d.msg, "'f.safetensors': tensor 'x' is bad");
+}
+
+/* Messages on stderr never carry raw control bytes, whatever the caller formats into them. */
+static void test_log_sanitized(void)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/test_common_log.%ld", k3_test_tmpdir(), (long)getpid());
+    fflush(stderr);
+    int saved = dup(2), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    REQUIRE(saved >= 0 && fd >= 0);
+    REQUIRE(dup2(fd, 2) == 2);
+    close(fd);
+    k3_log_init("t");
+    k3_error("name '%s' here", "a\x1b[2Jb\nc\xc2\x9b" "d\\e\xff");
+    k3_warn("%s", "w\rx");
+    fflush(stderr);
+    REQUIRE(dup2(saved, 2) == 2);
+    close(saved);
+    char *text;
+    size_t len;
+    k3_diag d;
+    REQUIRE(k3_read_file(path, 1 << 20, &text, &len, &d) == K3_OK);
+    CHECK_STR(text, "t: error: name 'a\\x1b[2Jb\\x0ac\\xc2\\x9bd\\e\\xff' here\n"
+                    "t: warning: w\\x0dx\n");
+    free(text);
+    unlink(path);
+    /* an escaped name stays as it was (no double escaping) */
+    char buf[64];
+    CHECK_STR(k3_escape_ctl("a\\x1b'\x01", 7, buf, sizeof buf), "a\\x1b'\\x01");
 }
 
 static void test_hash_files(void)
@@ -263,6 +296,7 @@ int main(void)
     test_checked();
     test_opts();
     test_escape_errors();
+    test_log_sanitized();
     test_hash_files();
     return k3_test_done();
 }
