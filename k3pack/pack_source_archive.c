@@ -41,9 +41,39 @@ static k3_err arc_fail(pk_archive *ar, k3_diag *d, const char *what)
     return k3_fail(d, K3_ERR_FORMAT, "'%s': %s: %s", ar->src, what, msg ? msg : "unknown archive error");
 }
 
+/*
+ * The next entry header. Only ARCHIVE_OK and ARCHIVE_WARN give an entry:
+ * ARCHIVE_RETRY (a damaged header, e.g. a bad checksum) leaves none, and
+ * neither do ARCHIVE_FAILED and ARCHIVE_FATAL. Returns 1 at the end of the
+ * archive, 0 with *name set, or 0 with *e set.
+ */
+static int next_entry(pk_archive *ar, struct archive_entry **en, const char **name, k3_err *e, k3_diag *d)
+{
+    int r = archive_read_next_header(ar->a, en);
+    if (r == ARCHIVE_EOF) return 1;
+    if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
+        *e = arc_fail(ar, d, "cannot read the next entry");
+        return 0;
+    }
+    if (r == ARCHIVE_WARN) {
+        const char *msg = archive_error_string(ar->a);
+        k3_warn("'%s': %s", ar->src, msg ? msg : "libarchive warning");
+    }
+    const char *path = archive_entry_pathname(*en);
+    if (!path) {
+        *e = k3_fail(d, K3_ERR_FORMAT, "'%s': an entry has no usable name", ar->src);
+        return 0;
+    }
+    *name = base_name(path);
+    return 0;
+}
+
 /* Entry checks shared by every file we use: regular, sized, not sparse. */
 static k3_err usable_entry(pk_archive *ar, struct archive_entry *en, const char *name, k3_diag *d)
 {
+    if (archive_entry_hardlink(en))
+        return k3_fail(d, K3_ERR_FORMAT, "'%s': '%s' is a hard link to '%s', stored without its data; make the "
+                       "archive with tar --hard-dereference", ar->src, name, archive_entry_hardlink(en));
     if (archive_entry_filetype(en) != AE_IFREG)
         return k3_fail(d, K3_ERR_FORMAT, "'%s': '%s' is not a regular file (a link?); make the archive with "
                        "tar --dereference", ar->src, name);
@@ -117,11 +147,11 @@ k3_err pk_archive_open(pk_archive *ar, const char *src, k3_diag *d)
     }
     struct archive_entry *en;
     for (;;) {
-        r = archive_read_next_header(ar->a, &en);
-        if (r == ARCHIVE_EOF) return k3_fail(d, K3_ERR_MODEL, "'%s': the archive holds no config.json", src);
-        if (r < ARCHIVE_WARN) return arc_fail(ar, d, "cannot read the next entry");
-        const char *name = base_name(archive_entry_pathname(en));
+        const char *name = NULL;
         k3_err e = K3_OK;
+        if (next_entry(ar, &en, &name, &e, d))
+            return k3_fail(d, K3_ERR_MODEL, "'%s': the archive holds no config.json", src);
+        if (e) return e;
         if (archive_entry_filetype(en) == AE_IFDIR) continue;
         if (!strcmp(name, "config.json")) return read_small(ar, en, name, &ar->config, &ar->config_len, d);
         if (side_file(ar, en, name, &e, d)) {
@@ -279,7 +309,7 @@ static k3_err stream_entry(pk_archive *ar, pk_writer *w, struct archive_entry *e
         la_int64_t off;
         int r = archive_read_data_block(ar->a, &buf, &n, &off);
         if (r == ARCHIVE_EOF) break;
-        if (r < ARCHIVE_WARN) { e = arc_fail(ar, d, name); break; }
+        if (r != ARCHIVE_OK && r != ARCHIVE_WARN) { e = arc_fail(ar, d, name); break; }
         if ((uint64_t)off != es.pos) {
             e = k3_fail(d, K3_ERR_FORMAT, "'%s': '%s' has a hole at offset %llu", ar->src, name,
                         (unsigned long long)es.pos);
@@ -333,11 +363,9 @@ k3_err pk_archive_pack(pk_archive *ar, pk_writer *w, k3_diag *d)
     k3_err e = seen_entry ? K3_OK : k3_fail(d, K3_ERR_NOMEM, "out of memory");
     struct archive_entry *en;
     while (!e) {
-        int r = archive_read_next_header(ar->a, &en);
-        if (r == ARCHIVE_EOF) break;
-        if (r < ARCHIVE_WARN) { e = arc_fail(ar, d, "cannot read the next entry"); break; }
+        const char *name = NULL;
+        if (next_entry(ar, &en, &name, &e, d) || e) break;
         if (archive_entry_filetype(en) == AE_IFDIR) continue;
-        const char *name = base_name(archive_entry_pathname(en));
         if (!strcmp(name, "config.json")) { e = k3_fail(d, K3_ERR_FORMAT, "'%s': config.json appears twice", ar->src); break; }
         if (side_file(ar, en, name, &e, d)) continue;
         if (!ends_with(name, ".safetensors")) continue;
