@@ -29,25 +29,19 @@ static int is_pack_file(const char *n)
            !strcmp(n, PK_JOURNAL) || !strcmp(n, PK_LOCK) || (n[0] == '.' && strstr(n, ".k3tmp-"));
 }
 
-k3_err pk_prepare_output(const char *out, int force, int *lock_fd, k3_diag *d)
+/* Refuse a directory holding foreign files, or a finished pack without force.
+   *finished tells whether manifest.json is there. */
+static k3_err check_output(const char *out, int force, int *finished, k3_diag *d)
 {
-    struct stat st;
-    if (stat(out, &st) != 0) {
-        if (errno != ENOENT) return k3_fail(d, K3_ERR_IO, "cannot access '%s': %s", out, strerror(errno));
-        if (mkdir(out, 0755) != 0) return k3_fail(d, K3_ERR_IO, "cannot create '%s': %s", out, strerror(errno));
-    } else if (!S_ISDIR(st.st_mode)) {
-        return k3_fail(d, K3_ERR_USAGE, "'%s' exists and is not a directory", out);
-    }
-    k3_err e = k3_lock_dir(out, PK_LOCK, lock_fd, d);
-    if (e) return e;
     DIR *dh = opendir(out);
     if (!dh) return k3_fail(d, K3_ERR_IO, "cannot list '%s': %s", out, strerror(errno));
-    int finished = 0, foreign = 0;
+    int foreign = 0;
     char first_foreign[256] = "";
     struct dirent *de;
+    *finished = 0;
     while ((de = readdir(dh))) {
         if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-        if (!strcmp(de->d_name, K3_MANIFEST_NAME)) finished = 1;
+        if (!strcmp(de->d_name, K3_MANIFEST_NAME)) *finished = 1;
         if (!is_pack_file(de->d_name) && !foreign++)
             k3_escape(de->d_name, strlen(de->d_name), first_foreign, sizeof first_foreign);
     }
@@ -55,11 +49,38 @@ k3_err pk_prepare_output(const char *out, int force, int *lock_fd, k3_diag *d)
     if (foreign)
         return k3_fail(d, K3_ERR_USAGE, "'%s' is not empty and not a k3pack output (it holds '%s'); "
                        "choose a new or empty directory", out, first_foreign);
-    if (finished && !force)
+    if (*finished && !force)
         return k3_fail(d, K3_ERR_USAGE, "'%s' already holds a finished pack; use --force to replace it", out);
+    return K3_OK;
+}
+
+k3_err pk_prepare_output(const char *out, int force, int *lock_fd, k3_diag *d)
+{
+    struct stat st;
+    int finished = 0;
+    k3_err e;
+    if (stat(out, &st) != 0) {
+        if (errno != ENOENT) return k3_fail(d, K3_ERR_IO, "cannot access '%s': %s", out, strerror(errno));
+        if (mkdir(out, 0755) != 0) return k3_fail(d, K3_ERR_IO, "cannot create '%s': %s", out, strerror(errno));
+    } else if (!S_ISDIR(st.st_mode)) {
+        return k3_fail(d, K3_ERR_USAGE, "'%s' exists and is not a directory", out);
+    } else if ((e = check_output(out, force, &finished, d))) {
+        /* refused before the lock is created: a finished pack or a foreign directory
+           gets no stray .k3pack.lock (which k3verify reports as an unfinished run) */
+        return e;
+    }
+    if ((e = k3_lock_dir(out, PK_LOCK, lock_fd, d))) return e;
+    /* again under the lock: the authoritative check */
+    if ((e = check_output(out, force, &finished, d))) {
+        close(*lock_fd);
+        *lock_fd = -1;
+        return e;
+    }
     if (finished) {
         /* --force: the pack becomes unfinished first, then every file of it goes */
         char p[4096];
+        DIR *dh;
+        struct dirent *de;
         if ((e = k3_path_join(p, sizeof p, out, K3_MANIFEST_NAME, d))) return e;
         if (unlink(p) != 0) return k3_fail(d, K3_ERR_IO, "cannot remove '%s': %s", p, strerror(errno));
         if ((e = k3_fsync_dir(out, d))) return e;

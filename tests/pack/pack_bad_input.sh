@@ -117,12 +117,16 @@ expect_exit 0 "$K3_BIN/k3pack" --version
 "$K3_BIN/k3pack" -q "$T/ck" -o "$T/good"
 expect_exit 2 "$K3_BIN/k3pack" "$T/ck" -o "$T/good"
 expect_err "already holds a finished pack"
+# the refused run leaves nothing behind (a stray lock made k3verify fail the pack)
+[ ! -e "$T/good/.k3pack.lock" ] || fail "a refused run left .k3pack.lock in a finished pack"
+"$K3_BIN/k3verify" -q "$T/good" || fail "k3verify fails a finished pack after a refused k3pack run"
 "$K3_BIN/k3pack" -q --force "$T/ck" -o "$T/good"
 $PY "$K3_SRC/tests/pack/check_pack.py" "$T/good" "$T/ck" >/dev/null
 mkdir "$T/foreign" && echo precious > "$T/foreign/notes.txt"
 expect_exit 2 "$K3_BIN/k3pack" "$T/ck" -o "$T/foreign"
 expect_err "not a k3pack output"
 [ "$(cat "$T/foreign/notes.txt")" = precious ] || fail "foreign file touched"
+[ "$(ls -A "$T/foreign")" = notes.txt ] || fail "k3pack left files in a directory it refused: $(ls -A "$T/foreign")"
 # a second k3pack on the same output is refused while the first holds the lock
 mkdir "$T/locked"
 flock "$T/locked/.k3pack.lock" sleep 3 &
