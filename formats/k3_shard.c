@@ -169,12 +169,6 @@ k3_err k3_shard_encode(k3_shard_header *h, uint8_t **out, size_t *len, k3_diag *
 
 /* ------------------------------------------------------------------ reader */
 
-static int cmp_entry_offset(const void *a, const void *b)
-{
-    const k3_shard_entry *x = *(const k3_shard_entry *const *)a, *y = *(const k3_shard_entry *const *)b;
-    return x->offset < y->offset ? -1 : x->offset > y->offset;
-}
-
 static int cmp_entry_name(const void *a, const void *b)
 {
     const k3_shard_entry *x = *(const k3_shard_entry *const *)a, *y = *(const k3_shard_entry *const *)b;
@@ -298,17 +292,22 @@ k3_err k3_shard_decode(const uint8_t *b, size_t len, uint64_t actual_size, const
             BAD("'%s': two entries are named '%s'", path,
                 k3_escape(sorted[i]->name, sorted[i]->name_len, esc, sizeof esc));
         }
-    qsort(sorted, h->n_entries, sizeof *sorted, cmp_entry_offset);
+    /* section 2.2: the table lists entries in offset order (checked as listed,
+       not after a sort, so the verdict never depends on how ties sort) */
     if (h->kind == K3_SHARD_TRUNK) {
         if (h->n_records || h->record_size || h->record_stride)
             BAD("'%s': trunk shard with non-zero record fields", path);
         uint64_t pos = h->data_offset;
         for (uint32_t i = 0; i < h->n_entries; i++) {
-            const k3_shard_entry *e = sorted[i];
+            const k3_shard_entry *e = &h->entries[i];
             char esc[256];
             k3_escape(e->name, e->name_len, esc, sizeof esc);
             if (e->offset % h->alignment) BAD("'%s': tensor '%s' at offset %llu is not aligned to %u", path, esc,
                                              (unsigned long long)e->offset, h->alignment);
+            if (i && e->offset < h->entries[i - 1].offset)
+                BAD("'%s': tensor '%s' at offset %llu is listed after one at offset %llu: entries must be in "
+                    "offset order", path, esc, (unsigned long long)e->offset,
+                    (unsigned long long)h->entries[i - 1].offset);
             if (e->offset < pos) BAD("'%s': tensor '%s' at offset %llu overlaps the header or another tensor", path, esc,
                                      (unsigned long long)e->offset);
             if (k3_add_u64(e->offset, e->size, &pos) || pos > h->file_size)
@@ -322,9 +321,16 @@ k3_err k3_shard_decode(const uint8_t *b, size_t len, uint64_t actual_size, const
     } else {
         uint64_t pos = 0, stride = 0, body = 0, total = 0;
         for (uint32_t i = 0; i < h->n_entries; i++) {
-            const k3_shard_entry *e = sorted[i];
+            const k3_shard_entry *e = &h->entries[i];
             char esc[256];
             k3_escape(e->name, e->name_len, esc, sizeof esc);
+            if (i == 0 && e->offset != 0)
+                BAD("'%s': record part '%s' is at offset %llu: the parts of a record start at 0", path, esc,
+                    (unsigned long long)e->offset);
+            if (i && e->offset < h->entries[i - 1].offset)
+                BAD("'%s': record part '%s' at offset %llu is listed after one at offset %llu: parts must be in "
+                    "offset order", path, esc, (unsigned long long)e->offset,
+                    (unsigned long long)h->entries[i - 1].offset);
             if (e->offset % K3_RECORD_PART_ALIGN || e->offset < pos)
                 BAD("'%s': record part '%s' at offset %llu is misaligned or overlaps", path, esc, (unsigned long long)e->offset);
             if (k3_add_u64(e->offset, e->size, &pos)) BAD("'%s': record part '%s' overflows", path, esc);

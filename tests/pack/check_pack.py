@@ -67,6 +67,9 @@ def read_shard(path):
         need(bits % 8 == 0 and bits // 8 == size, "%s: entry %d size" % (path, i))
         entries.append(dict(name=names[no:no + nl].decode("utf-8"), offset=off, size=size,
                             encoding=ENC[enc][0], shape=shape[:nd]))
+    offs = [e["offset"] for e in entries]
+    need(offs == sorted(offs), "%s: entries not listed in offset order" % path)
+    need(kind == 1 or not entries or offs[0] == 0, "%s: the first record part is not at offset 0" % path)
     f = dict(kind=kind, align=align, layer=layer, data_offset=data_off, n_records=n_rec,
              record_size=rec_size, stride=stride, header_hash=hh)
     return f, entries, data

@@ -101,6 +101,10 @@ static void test_trunk(void)
     MUTATE((k3_st32(bad + 128 + 64 + 16, 0), k3_st32(bad + 128 + 64 + 20, 23)), 1, 16384, K3_ERR_FORMAT, "two entries are named");
     MUTATE(bad[n - 1] = 7, 1, 16384, K3_ERR_FORMAT, "padding before the data region");
     MUTATE(k3_st64(bad + 40, 8192), 1, 16384, K3_ERR_FORMAT, "data_offset is 8192");
+    /* section 2.2: entries are listed in offset order (rows 0 and 1 swapped: same
+       tensors, same offsets, but the table is out of order) */
+    MUTATE((memcpy(bad + 128, img + 128 + 64, 64), memcpy(bad + 128 + 64, img + 128, 64)), 1, 16384,
+           K3_ERR_FORMAT, "offset order");
     free(bad);
     free(img);
     k3_shard_header_free(&h);
@@ -140,6 +144,25 @@ static void test_experts(void)
     MUTATE(k3_st64(bad + 72, 17551360), 1, h.file_size, K3_ERR_FORMAT, "record_stride");
     MUTATE(k3_st64(bad + 56, 895), 1, h.file_size, K3_ERR_FORMAT, "do not fill the file");
     MUTATE(k3_st64(bad + 128 + 64, 8), 1, h.file_size, K3_ERR_FORMAT, "misaligned or overlaps");
+    /* parts are listed in offset order: w3 packed listed before w1 scales */
+    MUTATE((memcpy(bad + 128 + 64, img + 128 + 128, 64), memcpy(bad + 128 + 128, img + 128 + 64, 64)), 1,
+           h.file_size, K3_ERR_FORMAT, "offset order");
+    free(bad);
+    free(img);
+    k3_shard_header_free(&h);
+
+    /* section 2.2: the parts of a record start at 0 (one U8 part moved from 0 to 64,
+       record_size following it; the stride is still one page) */
+    uint64_t s64[1] = {64};
+    k3_shard_init(&h, K3_SHARD_EXPERTS, 1, 2);
+    REQUIRE(!k3_shard_add(&h, "w1.weight", K3_ENC_U8, 1, s64, &d));
+    REQUIRE(!k3_shard_layout(&h, &d));
+    REQUIRE(!k3_shard_encode(&h, &img, &n, &d));
+    REQUIRE(k3_shard_decode(img, n, h.file_size, "e.k3s", &r, &d) == K3_OK);
+    k3_shard_header_free(&r);
+    bad = malloc(n);
+    REQUIRE(bad);
+    MUTATE((k3_st64(bad + 128, 64), k3_st64(bad + 64, 128)), 1, h.file_size, K3_ERR_FORMAT, "start at 0");
     free(bad);
     free(img);
     k3_shard_header_free(&h);
