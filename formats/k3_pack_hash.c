@@ -63,6 +63,12 @@ k3_err k3_shard_hash(int fd, const char *path, const k3_shard_header *h, size_t 
 {
     memset(out, 0, sizeof *out);
     out->bad_padding = UINT64_MAX;
+    /* a valid expert header may claim any number of empty records (stride 0):
+       2 * n + 3 spans must fit in size_t bytes before anything is allocated */
+    uint64_t n_main = h->kind == K3_SHARD_TRUNK ? h->n_entries : h->n_records;
+    if (n_main > ((SIZE_MAX / sizeof(span)) - 3) / 2)
+        return k3_fail(d, K3_ERR_NOMEM, "'%s': %llu records are too many to hash", path,
+                       (unsigned long long)n_main);
     size_t n_spans = 0;
     span *spans = build_spans(h, &n_spans);
     uint8_t *buf = malloc(buf_size);             /* [buf_size] read buffer */

@@ -5,10 +5,13 @@
  */
 #include <stdint.h>
 #include <stdlib.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include "k3_checked.h"
 #include "k3_hash.h"
 #include "k3_manifest.h"
+#include "k3_pack_hash.h"
 #include "k3_shard.h"
 #include "k3_test.h"
 
@@ -257,10 +260,46 @@ static void test_manifest(void)
     manifest_bad("{\"format\"", "[{\"format\"", K3_ERR_FORMAT, "invalid JSON");
 }
 
+/* A valid header whose records are empty (one zero-size part, stride 0) may
+   claim any number of them: hashing it must fail cleanly, not overflow the
+   span table (2^62 records: 2 * n + 3 spans of 24 bytes wrapped to 72 bytes). */
+static void test_hash_many_empty_records(void)
+{
+    k3_shard_header h, r;
+    k3_diag d;
+    uint64_t zero[1] = {0};
+    k3_shard_init(&h, K3_SHARD_EXPERTS, 1, 1ull << 62);
+    REQUIRE(!k3_shard_add(&h, "w1.weight", K3_ENC_U8, 1, zero, &d));
+    REQUIRE(!k3_shard_layout(&h, &d));
+    uint8_t *img;
+    size_t n;
+    REQUIRE(!k3_shard_encode(&h, &img, &n, &d));
+    REQUIRE(h.file_size == n);
+    REQUIRE(k3_shard_decode(img, n, n, "z.k3s", &r, &d) == K3_OK);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/test_pack_format_zero.k3s", k3_test_tmpdir());
+    FILE *f = fopen(path, "wb");
+    REQUIRE(f && fwrite(img, 1, n, f) == n && fclose(f) == 0);
+    int fd = open(path, O_RDONLY);
+    REQUIRE(fd >= 0);
+    k3_shard_hashes hs;
+    k3_diag dh = {0};
+    k3_err e = k3_shard_hash(fd, path, &r, 1u << 16, 0, NULL, NULL, &hs, &dh);
+    CHECK_MSG(e != K3_OK, "hashing 2^62 empty records succeeded");
+    CHECK_MSG(strstr(dh.msg, "records") != NULL, "message '%s' lacks 'records'", dh.msg);
+    if (!e) k3_shard_hashes_free(&hs);
+    close(fd);
+    unlink(path);
+    k3_shard_header_free(&r);
+    k3_shard_header_free(&h);
+    free(img);
+}
+
 int main(void)
 {
     test_trunk();
     test_experts();
     test_manifest();
+    test_hash_many_empty_records();
     return k3_test_done();
 }
