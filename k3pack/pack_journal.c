@@ -199,6 +199,8 @@ k3_err pk_resume(pk_writer *w, k3_diag *d)
     return K3_OK;
 }
 
+static int cmp_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
 k3_err pk_finish_pack(pk_writer *w, const char *const *tok_names, char *const *tok_data,
                       const size_t *tok_len, int n_tok, char *const *skipped, size_t n_skipped,
                       k3_diag *d)
@@ -228,7 +230,14 @@ k3_err pk_finish_pack(pk_writer *w, const char *const *tok_names, char *const *t
     m.tensors = calloc(n_tensors + 1, sizeof *m.tensors);
     m.expert_layers = calloc(n_xl + 1, sizeof *m.expert_layers);
     m.skipped = calloc(n_skipped + 1, sizeof *m.skipped);
-    if (!m.files || !m.shards || !m.tensors || !m.expert_layers || !m.skipped) {
+    /* skipped names sorted: the order the source met them in depends on its file
+       layout (and an archive's entry order), the manifest must not */
+    char **sk_sorted = malloc((n_skipped + 1) * sizeof *sk_sorted);   /* [n_skipped] */
+    if (sk_sorted) {
+        memcpy(sk_sorted, skipped, n_skipped * sizeof *sk_sorted);
+        qsort(sk_sorted, n_skipped, sizeof *sk_sorted, cmp_name);
+    }
+    if (!m.files || !m.shards || !m.tensors || !m.expert_layers || !m.skipped || !sk_sorted) {
         e = k3_fail(d, K3_ERR_NOMEM, "out of memory");
         goto out;
     }
@@ -278,7 +287,7 @@ k3_err pk_finish_pack(pk_writer *w, const char *const *tok_names, char *const *t
         }
     }
     for (size_t i = 0; i < n_skipped; i++) {
-        m.skipped[i].name = (char *)skipped[i];
+        m.skipped[i].name = sk_sorted[i];
         m.skipped[i].reason = "vision";
     }
     m.n_skipped = (uint32_t)n_skipped;
@@ -301,5 +310,6 @@ out:
     free(m.tensors);
     free(m.expert_layers);
     free(m.skipped);
+    free(sk_sorted);
     return e;
 }

@@ -326,6 +326,21 @@ static k3_err stream_entry(pk_archive *ar, pk_writer *w, struct archive_entry *e
     return e;
 }
 
+static int cmp_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* A vision tensor met twice (in two entries) is a duplicate, as any tensor is. */
+static k3_err check_skipped(pk_archive *ar, k3_diag *d)
+{
+    qsort(ar->skipped, ar->n_skipped, sizeof *ar->skipped, cmp_name);
+    for (size_t i = 1; i < ar->n_skipped; i++)
+        if (!strcmp(ar->skipped[i], ar->skipped[i - 1])) {
+            char esc[300];
+            return k3_fail(d, K3_ERR_FORMAT, "'%s': tensor '%s' appears twice", ar->src,
+                           k3_escape(ar->skipped[i], strlen(ar->skipped[i]), esc, sizeof esc));
+        }
+    return K3_OK;
+}
+
 /* Every tensor the index names must have come from the entry it names. */
 static k3_err check_index(pk_archive *ar, pk_writer *w, const uint32_t *seen_entry, char **entry_names, k3_diag *d)
 {
@@ -385,6 +400,7 @@ k3_err pk_archive_pack(pk_archive *ar, pk_writer *w, k3_diag *d)
             e = k3_fail(d, K3_ERR_MODEL, "'%s': %zu tensor%s the config needs %s missing, first '%s'", ar->src, missing,
                         missing == 1 ? "" : "s", missing == 1 ? "is" : "are", w->p->items[first].src_name);
     }
+    if (!e) e = check_skipped(ar, d);
     if (!e && ar->index) e = check_index(ar, w, seen_entry, entry_names, d);
     for (uint32_t k = 0; k < n_entries; k++) free(entry_names[k]);
     free(entry_names);

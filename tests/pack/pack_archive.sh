@@ -38,4 +38,51 @@ expect_err "Damaged tar archive"
 expect_exit 1 "$K3_BIN/k3pack" "$T/hl.tar" -o "$T/o3"
 expect_err "hard link"
 no_manifest "$T/o3"
+
+# vision tensors spread over two files: the manifest's skipped list is the same
+# (sorted by name) from the directory and from an archive in any entry order
+cp -r "$T/ck" "$T/vis"
+$PY - "$T/vis" <<'PYEOF'
+import json, os, sys
+sys.path.insert(0, os.path.join(os.environ["K3_SRC"], "tests", "reference"))
+from safetensors_io import ModelDir, write_safetensors
+d = sys.argv[1]
+ck = ModelDir(d)
+mover = "vision_tower.patch_embed.proj.weight"
+src, dst = ck.where[mover], sorted(ck.files)[0]
+assert src != dst
+rows = {f: [(n, ck.files[f].info[n][0], ck.files[f].info[n][1], ck.files[f].get(n)) for n in ck.files[f].names]
+        for f in (src, dst)}
+moved = [r for r in rows[src] if r[0] == mover]
+write_safetensors(os.path.join(d, src), [r for r in rows[src] if r[0] != mover], metadata={"format": "pt"})
+write_safetensors(os.path.join(d, dst), moved + rows[dst], metadata={"format": "pt"})
+idx = os.path.join(d, "model.safetensors.index.json")
+j = json.load(open(idx))
+j["weight_map"][mover] = dst
+json.dump(j, open(idx, "w"), indent=2)
+PYEOF
+"$K3_BIN/k3pack" -q "$T/vis" -o "$T/vis_dir"
+(cd "$T/vis" && tar -cf "$T/vis_rev.tar" config.json $(ls model-*.safetensors | LC_ALL=C sort -r) \
+    model.safetensors.index.json tiktoken.model tokenizer_config.json)
+"$K3_BIN/k3pack" -q "$T/vis_rev.tar" -o "$T/vis_tar"
+diff -r "$T/vis_dir" "$T/vis_tar" >/dev/null || fail "the skipped list depends on the order of the archive's entries"
+$PY - "$T/vis_dir/manifest.json" <<'PYEOF'
+import json, sys
+names = [s["name"] for s in json.load(open(sys.argv[1]))["skipped"]]
+assert len(names) == 8 and names == sorted(names), names
+PYEOF
+# a vision tensor in two entries is a duplicate like any other (it was listed twice)
+$PY - "$T/vis" "$T/dup.safetensors" <<'PYEOF'
+import os, sys
+sys.path.insert(0, os.path.join(os.environ["K3_SRC"], "tests", "reference"))
+from safetensors_io import ModelDir, write_safetensors
+ck = ModelDir(sys.argv[1])
+n = "mm_projector.pre_norm.weight"
+write_safetensors(sys.argv[2], [(n, ck.dtype(n), ck.shape(n), ck.get(n))])
+PYEOF
+cp "$T/vis_rev.tar" "$T/dup.tar"
+tar -rf "$T/dup.tar" -C "$T" dup.safetensors
+expect_exit 1 "$K3_BIN/k3pack" "$T/dup.tar" -o "$T/o4"
+expect_err "'mm_projector.pre_norm.weight' appears twice"
+no_manifest "$T/o4"
 echo "pack_archive: OK"
