@@ -182,6 +182,8 @@ k3_err pk_resume(pk_writer *w, k3_diag *d)
         if (!name || k3_parse_hex128(json_string_value(json_object_get(o, "xxh3_128")), &h)) continue;
         for (uint32_t s = 0; s < w->p->n_shards; s++) {
             if (strcmp(name, w->p->shards[s].name)) continue;
+            /* listed twice: taking it over again would replace (or free) its hashes */
+            if (w->done[s]) break;
             if (take_over(w, s, &h)) {
                 w->done[s] = w->resumed[s] = 1;
                 w->remaining[s] = 0;

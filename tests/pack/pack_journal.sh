@@ -1,0 +1,39 @@
+#!/bin/sh
+# Resuming from a hand-made journal (no timing): a journal that lists a shard
+# twice, the second time with a wrong hash, still resumes to the same pack.
+. "$(dirname "$0")/lib.sh"
+make_ckpt tiny "$T/ck"
+"$K3_BIN/k3pack" -q "$T/ck" -o "$T/ref"
+
+# unfinish OUT: a copy of the reference pack as an interrupted run leaves it,
+# with a journal listing the given shards (name:hash pairs, hash "good" = right)
+unfinish() {   # unfinish OUT NAME:HASH...
+    out=$1; shift
+    cp -r "$T/ref" "$out"
+    rm "$out/manifest.json" "$out/tiktoken.model" "$out/tokenizer_config.json"
+    $PY - "$T/ck/config.json" "$T/ref/manifest.json" "$out/.k3pack.journal" "$@" <<'PYEOF'
+import json, sys
+import xxhash
+cfg, man, out = sys.argv[1:4]
+# the fingerprint k3pack computes (k3pack/pack_write.c): "k3pack-1", experts mode at 12
+# (1 = MXFP4), quantize at 13, then config.json
+tag = bytearray(b"k3pack-1" + bytes(8))
+tag[12] = 1
+fp = xxhash.xxh3_128_hexdigest(bytes(tag) + open(cfg, "rb").read())
+shards = {s["name"]: s for s in json.load(open(man))["shards"]}
+done = []
+for arg in sys.argv[4:]:
+    name, h = arg.split(":")
+    done.append({"name": name, "size": shards[name]["size"],
+                 "xxh3_128": shards[name]["xxh3_128"] if h == "good" else h})
+json.dump({"k3pack_journal": 1, "fingerprint": fp, "done": done}, open(out, "w"))
+PYEOF
+}
+
+# a shard listed twice, first right then wrong: it was taken over twice, the second
+# time its hashes were freed while it stayed 'done' (manifest from freed hashes)
+unfinish "$T/dup" trunk-embed.k3s:good trunk-embed.k3s:0123456789abcdef0123456789abcdef
+"$K3_BIN/k3pack" -v "$T/ck" -o "$T/dup" 2>"$T/dup.log" || { cat "$T/dup.log"; fail "resume with a duplicated journal entry"; }
+grep -q "resuming: 1 of" "$T/dup.log" || { cat "$T/dup.log"; fail "the journalled shard was not taken over once"; }
+diff -r "$T/ref" "$T/dup" >/dev/null || fail "pack differs after a journal listing a shard twice"
+echo "pack_journal: OK"
