@@ -203,6 +203,31 @@ k3_err pk_resume(pk_writer *w, k3_diag *d)
 
 static int cmp_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
+/* Remove pack-named files this pack does not hold (shards of an earlier run of
+   another plan, a tokenizer this checkpoint lacks): nothing else belongs to a
+   pack (FORMAT.md section 1). Called before manifest.json is written. */
+static k3_err remove_unlisted(pk_writer *w, const char *const *tok_names, int n_tok, k3_diag *d)
+{
+    DIR *dh = opendir(w->out_dir);
+    if (!dh) return k3_fail(d, K3_ERR_IO, "cannot list '%s': %s", w->out_dir, strerror(errno));
+    struct dirent *de;
+    k3_err e = K3_OK;
+    while (!e && (de = readdir(dh))) {
+        const char *n = de->d_name;
+        if (n[0] == '.' || !is_pack_file(n) || !strcmp(n, K3_MANIFEST_NAME)) continue;
+        int ours = 0;
+        for (uint32_t s = 0; !ours && s < w->p->n_shards; s++) ours = !strcmp(n, w->p->shards[s].name);
+        for (int i = 0; !ours && i < n_tok; i++) ours = !strcmp(n, tok_names[i]);
+        if (ours) continue;
+        char p[4096];
+        if ((e = k3_path_join(p, sizeof p, w->out_dir, n, d))) break;
+        if (unlink(p) != 0 && errno != ENOENT) e = k3_fail(d, K3_ERR_IO, "cannot remove '%s': %s", p, strerror(errno));
+        else k3_info("removed '%s', left by an earlier run: it is not part of this pack", n);
+    }
+    closedir(dh);
+    return e;
+}
+
 k3_err pk_finish_pack(pk_writer *w, const char *const *tok_names, char *const *tok_data,
                       const size_t *tok_len, int n_tok, char *const *skipped, size_t n_skipped,
                       k3_diag *d)
@@ -295,6 +320,7 @@ k3_err pk_finish_pack(pk_writer *w, const char *const *tok_names, char *const *t
     m.n_skipped = (uint32_t)n_skipped;
     char *text;
     size_t len;
+    if ((e = remove_unlisted(w, tok_names, n_tok, d))) goto out;
     if ((e = k3_manifest_dump(&m, &text, &len, d))) goto out;
     e = k3_atomic_write_file(w->out_dir, K3_MANIFEST_NAME, text, len, d);
     free(text);

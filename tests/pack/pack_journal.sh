@@ -1,6 +1,7 @@
 #!/bin/sh
-# Resuming from a hand-made journal (no timing): a journal that lists a shard
-# twice, the second time with a wrong hash, still resumes to the same pack.
+# Resuming from hand-made states (no timing): a journal that lists a shard
+# twice, the second time with a wrong hash, still resumes to the same pack; a
+# stale shard of another run that is not in the plan does not stay in the pack.
 . "$(dirname "$0")/lib.sh"
 make_ckpt tiny "$T/ck"
 "$K3_BIN/k3pack" -q "$T/ck" -o "$T/ref"
@@ -36,4 +37,14 @@ unfinish "$T/dup" trunk-embed.k3s:good trunk-embed.k3s:0123456789abcdef012345678
 "$K3_BIN/k3pack" -v "$T/ck" -o "$T/dup" 2>"$T/dup.log" || { cat "$T/dup.log"; fail "resume with a duplicated journal entry"; }
 grep -q "resuming: 1 of" "$T/dup.log" || { cat "$T/dup.log"; fail "the journalled shard was not taken over once"; }
 diff -r "$T/ref" "$T/dup" >/dev/null || fail "pack differs after a journal listing a shard twice"
+
+# an unfinished output without a journal (killed between a shard's rename and the
+# first journal write) that also holds a shard of another model's run: the file
+# is not part of this pack and must not be left in it
+unfinish "$T/stale"
+rm "$T/stale/.k3pack.journal"
+cp "$T/ref/trunk-layer-008.k3s" "$T/stale/trunk-layer-099.k3s"
+"$K3_BIN/k3pack" -q "$T/ck" -o "$T/stale"
+diff -r "$T/ref" "$T/stale" >/dev/null || fail "a shard file outside the plan was left in the finished pack"
+"$K3_BIN/k3verify" -q "$T/stale" || fail "k3verify fails the finished pack"
 echo "pack_journal: OK"
