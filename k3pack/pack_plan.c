@@ -163,6 +163,14 @@ k3_err pk_plan_build(pk_plan *p, const char *config_text, size_t config_len, pk_
             } else if (experts && x->dtype == K3_DT_U8 && strstr(sfx, "weight_scale")) {
                 e = k3_shard_add(&sh->h, sfx, K3_ENC_E8M0, 2, shape, d);
             } else if (experts && p->quantize) {
+                /* checked here, not when the bytes arrive: --dry-run and the
+                   validation before writing must refuse what cannot be written */
+                if (x->rank != 2 || shape[1] % 32) {
+                    e = k3_fail(d, K3_ERR_MODEL, "tensor '%s': %llu columns is not a multiple of 32, so it cannot "
+                                "be quantized to MXFP4 (blocks of 32)", x->name,
+                                (unsigned long long)(x->rank == 2 ? shape[1] : 0));
+                    goto out;
+                }
                 char nm[64];
                 uint64_t sc[2] = {shape[0], shape[1] / 32};
                 snprintf(nm, sizeof nm, "%.2s.weight_packed", sfx);

@@ -48,4 +48,19 @@ grep -q '"source": "quantized"' "$T/q/manifest.json" || fail "manifest does not 
 make_ckpt tiny "$T/mx"
 expect_exit 2 "$K3_BIN/k3pack" "$T/mx" -o "$T/x" --experts bf16
 expect_err "bit-exact"
+# quantizing needs rows of whole 32-element blocks: refused by the plan (so also by
+# --dry-run), not halfway through writing (the config alone decides, as from an archive)
+mkdir "$T/c80"
+$PY - "$T/ck/config.json" "$T/c80/config.json" <<'PYEOF'
+import json, sys
+c = json.load(open(sys.argv[1]))
+(c.get("text_config") or c)["routed_expert_hidden_size"] = 80
+json.dump(c, open(sys.argv[2], "w"), indent=2)
+PYEOF
+tar -cf "$T/c80.tar" -C "$T/c80" config.json
+expect_exit 1 "$K3_BIN/k3pack" -n --experts mxfp4 "$T/c80.tar"
+expect_err "not a multiple of 32"
+expect_exit 1 "$K3_BIN/k3pack" --experts mxfp4 "$T/c80.tar" -o "$T/c80_out"
+expect_err "not a multiple of 32"
+[ ! -e "$T/c80_out" ] || fail "output created for a plan that cannot be written"
 echo "pack_quant: OK"
