@@ -65,13 +65,16 @@ static int fail(k3_err e, const k3_diag *d, int json)
     return k3_exit_code(e);
 }
 
-/* Read a small optional file beside the checkpoint. */
-static void read_side(const char *dir, const char *name, char **data, size_t *len)
+/* Read a small optional file beside the checkpoint: absent is fine (*data
+   stays NULL), unreadable or too large is an error, as from an archive. */
+static k3_err read_side(const char *dir, const char *name, char **data, size_t *len, k3_diag *d)
 {
     char p[4096];
     *data = NULL;
     *len = 0;
-    if (k3_path_join(p, sizeof p, dir, name, NULL) == K3_OK) k3_read_file(p, 64u << 20, data, len, NULL);
+    k3_err e = k3_path_join(p, sizeof p, dir, name, d);
+    if (!e) e = k3_read_file(p, 64u << 20, data, len, d);
+    return e == K3_ERR_NOT_FOUND ? K3_OK : e;
 }
 
 int main(int argc, char **argv)
@@ -122,7 +125,10 @@ int main(int argc, char **argv)
         if (!ck.config_json && ck.dir) {     /* a lone .safetensors file: config.json beside it */
             char *cj;
             size_t cl;
-            read_side(ck.dir, "config.json", &cj, &cl);
+            if ((e = read_side(ck.dir, "config.json", &cj, &cl, &d))) {
+                k3_st_close(&ck);
+                return fail(e, &d, json);
+            }
             ck.config_json = cj;
             ck.config_len = cl;
         }
@@ -156,9 +162,14 @@ int main(int argc, char **argv)
         k3_xlist_free(&xl);
         if (e) { rc = fail(e, &d, json); goto out_plan; }
         skipped = calloc(match.n_skipped + 1, sizeof *skipped);
-        for (size_t i = 0; skipped && i < match.n_skipped; i++) skipped[i] = (char *)ck.tensors[match.skipped[i]].name;
+        if (!skipped) { rc = fail(k3_fail(&d, K3_ERR_NOMEM, "out of memory"), &d, json); goto out_plan; }
+        for (size_t i = 0; i < match.n_skipped; i++) skipped[i] = (char *)ck.tensors[match.skipped[i]].name;
         n_skipped = match.n_skipped;
-        for (int i = 0; i < PK_MAX_TOK; i++) read_side(ck.dir, tok_names[i], &tok_data[i], &tok_len[i]);
+        for (int i = 0; i < PK_MAX_TOK; i++)
+            if ((e = read_side(ck.dir, tok_names[i], &tok_data[i], &tok_len[i], &d))) {
+                rc = fail(e, &d, json);
+                goto out_plan;
+            }
     }
     if (dry) {
         pk_plan_print(&plan, stdout, json);

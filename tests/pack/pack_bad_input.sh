@@ -99,6 +99,13 @@ PYEOF
 expect_exit 1 "$K3_BIN/k3pack" "$T/cfg" -o "$T/o8"
 expect_err "is missing"
 
+# a tokenizer file that cannot be read is an error, not "no tokenizer" (as from an archive)
+cp -r "$T/ck" "$T/bigtok"
+truncate -s 65M "$T/bigtok/tokenizer_config.json"
+expect_exit 1 "$K3_BIN/k3pack" "$T/bigtok" -o "$T/o12"
+expect_err "tokenizer_config.json' is 68157440 bytes"
+[ ! -e "$T/o12" ] || fail "output created although the input was invalid"
+
 # not an archive, not a checkpoint
 echo "hello" > "$T/junk.tar"
 expect_exit 1 "$K3_BIN/k3pack" "$T/junk.tar" -o "$T/o9"
