@@ -292,10 +292,14 @@ k3_err k3_manifest_parse(const char *text, size_t len, const char *path, k3_mani
         goto out;
     }
     v = json_object_get(ex, "quantization");
-    if (json_is_string(v)) m->quant_rule = strdup(json_string_value(v));
+    if (json_is_string(v) && !(m->quant_rule = strdup(json_string_value(v)))) {
+        e = k3_fail(d, K3_ERR_NOMEM, "out of memory");
+        goto out;
+    }
 
     if ((e = get_array(&c, root, "files", &arr, &m->n_files))) goto out;
     m->files = calloc(m->n_files + 1, sizeof *m->files);
+    if (!m->files) { e = k3_fail(d, K3_ERR_NOMEM, "out of memory"); goto out; }
     for (uint32_t i = 0; i < m->n_files; i++) {
         json_t *o = json_array_get(arr, i);
         snprintf(where, sizeof where, "files[%u]", i);
@@ -312,6 +316,7 @@ k3_err k3_manifest_parse(const char *text, size_t len, const char *path, k3_mani
 
     if ((e = get_array(&c, root, "shards", &arr, &m->n_shards))) goto out;
     m->shards = calloc(m->n_shards + 1, sizeof *m->shards);
+    if (!m->shards) { e = k3_fail(d, K3_ERR_NOMEM, "out of memory"); goto out; }
     for (uint32_t i = 0; i < m->n_shards; i++) {
         json_t *o = json_array_get(arr, i);
         k3_mf_shard *s = &m->shards[i];
@@ -338,6 +343,7 @@ k3_err k3_manifest_parse(const char *text, size_t len, const char *path, k3_mani
 
     if ((e = get_array(&c, root, "tensors", &arr, &m->n_tensors))) goto out;
     m->tensors = calloc(m->n_tensors + 1, sizeof *m->tensors);
+    if (!m->tensors) { e = k3_fail(d, K3_ERR_NOMEM, "out of memory"); goto out; }
     for (uint32_t i = 0; i < m->n_tensors; i++) {
         json_t *o = json_array_get(arr, i);
         k3_mf_tensor *t = &m->tensors[i];
@@ -355,6 +361,7 @@ k3_err k3_manifest_parse(const char *text, size_t len, const char *path, k3_mani
 
     if ((e = get_array(&c, root, "expert_layers", &arr, &m->n_expert_layers))) goto out;
     m->expert_layers = calloc(m->n_expert_layers + 1, sizeof *m->expert_layers);
+    if (!m->expert_layers) { e = k3_fail(d, K3_ERR_NOMEM, "out of memory"); goto out; }
     for (uint32_t i = 0; i < m->n_expert_layers; i++) {
         json_t *o = json_array_get(arr, i);
         k3_mf_experts *x = &m->expert_layers[i];
@@ -364,6 +371,7 @@ k3_err k3_manifest_parse(const char *text, size_t len, const char *path, k3_mani
         if ((e = get_u64(&c, o, "layer", where, &layer)) || (e = get_u64(&c, o, "count", where, &x->count)) ||
             (e = get_u64(&c, o, "offset", where, &x->offset)) || (e = get_u64(&c, o, "stride", where, &x->stride)) ||
             (e = get_u64(&c, o, "record_size", where, &x->record_size))) goto out;
+        if (layer >= (1u << 20)) { e = JBAD(&c, "%s.layer: expected a layer number", where); goto out; }
         x->layer = (uint32_t)layer;
         if (shard_ref(m, o, &x->shard) || m->shards[x->shard].kind != K3_SHARD_EXPERTS) {
             e = JBAD(&c, "%s.shard: not an expert shard listed in 'shards'", where);
@@ -402,6 +410,7 @@ k3_err k3_manifest_parse(const char *text, size_t len, const char *path, k3_mani
 
     if ((e = get_array(&c, root, "skipped", &arr, &m->n_skipped))) goto out;
     m->skipped = calloc(m->n_skipped + 1, sizeof *m->skipped);
+    if (!m->skipped) { e = k3_fail(d, K3_ERR_NOMEM, "out of memory"); goto out; }
     for (uint32_t i = 0; i < m->n_skipped; i++) {
         json_t *o = json_array_get(arr, i);
         snprintf(where, sizeof where, "skipped[%u]", i);

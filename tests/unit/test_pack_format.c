@@ -258,6 +258,9 @@ static void test_manifest(void)
     manifest_bad("\"shape\":[4,8]", "\"shape\":[1,1,1,1,1]", K3_ERR_FORMAT, "at most 4");
     manifest_bad("\"layout\":\"w1,w3,w2;packed,scale\"", "\"layout\":\"interleaved\"", K3_ERR_FORMAT, "record layout");
     manifest_bad("{\"format\"", "[{\"format\"", K3_ERR_FORMAT, "invalid JSON");
+    /* 2^32 + 1 was read as layer 1 (truncated to 32 bits) */
+    manifest_bad("\"expert_layers\":[{\"layer\":1,", "\"expert_layers\":[{\"layer\":4294967297,", K3_ERR_FORMAT,
+                 "expert_layers[0].layer");
 }
 
 /* A valid header whose records are empty (one zero-size part, stride 0) may
