@@ -287,7 +287,7 @@ k3_err pk_finish_pack(pk_writer *w, const char *const *tok_names, char *const *t
             for (uint32_t i = 0; i < h->n_entries; i++) {
                 k3_mf_tensor *t = &m.tensors[m.n_tensors++];
                 const k3_shard_entry *en = &h->entries[i];
-                t->name = strndup(en->name, en->name_len);
+                if (!(t->name = strndup(en->name, en->name_len))) { e = k3_fail(d, K3_ERR_NOMEM, "out of memory"); goto out; }
                 t->encoding = en->encoding;
                 t->ndim = en->ndim;
                 memcpy(t->shape, en->shape, sizeof t->shape);
@@ -297,6 +297,11 @@ k3_err pk_finish_pack(pk_writer *w, const char *const *tok_names, char *const *t
                 t->hash = w->hashes[s].entry[i];
             }
         } else {
+            if (h->n_entries > K3_MAX_RECORD_PARTS) {       /* the manifest's part table is fixed */
+                e = k3_fail(d, K3_ERR_INTERNAL, "'%s': %u record parts, more than %d", sh->name, h->n_entries,
+                            K3_MAX_RECORD_PARTS);
+                goto out;
+            }
             k3_mf_experts *x = &m.expert_layers[m.n_expert_layers++];
             x->layer = (uint32_t)sh->layer;
             x->shard = s;
@@ -308,6 +313,7 @@ k3_err pk_finish_pack(pk_writer *w, const char *const *tok_names, char *const *t
             for (uint32_t i = 0; i < h->n_entries && i < K3_MAX_RECORD_PARTS; i++) {
                 const k3_shard_entry *en = &h->entries[i];
                 x->parts[i] = (k3_mf_part){strndup(en->name, en->name_len), en->encoding, en->ndim, {0}, en->offset, en->size};
+                if (!x->parts[i].name) { e = k3_fail(d, K3_ERR_NOMEM, "out of memory"); goto out; }
                 memcpy(x->parts[i].shape, en->shape, sizeof x->parts[i].shape);
             }
             x->hashes = w->hashes[s].record;
