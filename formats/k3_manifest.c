@@ -253,8 +253,10 @@ k3_err k3_manifest_parse(const char *text, size_t len, const char *path, k3_mani
     }
     v = json_object_get(root, "format_version");
     if (!json_is_integer(v)) { e = JBAD(&c, "'format_version' is missing or not an integer"); goto out; }
-    if (json_integer_value(v) != K3_PACK_VERSION) {
-        e = k3_fail(d, K3_ERR_UNSUPPORTED, "'%s': pack format version %lld is not supported by this k3 (%d)",
+    if (json_integer_value(v) != K3_PACK_VERSION) {      /* newer: FORMAT.md section 6 wording */
+        e = k3_fail(d, K3_ERR_UNSUPPORTED, json_integer_value(v) > K3_PACK_VERSION
+                        ? "'%s': pack format version %lld is newer than this k3 (%d); upgrade k3"
+                        : "'%s': pack format version %lld is not supported by this k3 (%d)",
                     path, (long long)json_integer_value(v), K3_PACK_VERSION);
         goto out;
     }

@@ -198,6 +198,9 @@ k3_err k3_shard_decode(const uint8_t *b, size_t len, uint64_t actual_size, const
     if (k3_ld32(b + 12) != K3_BYTE_ORDER_MARK)
         return k3_fail(d, K3_ERR_FORMAT, "'%s': byte-order marker is 0x%08x, expected 0x%08x", path,
                        k3_ld32(b + 12), K3_BYTE_ORDER_MARK);
+    if (h->version > K3_PACK_VERSION)          /* FORMAT.md section 6 wording */
+        return k3_fail(d, K3_ERR_UNSUPPORTED, "'%s': shard format version %u is newer than this k3 (%d); upgrade k3",
+                       path, h->version, K3_PACK_VERSION);
     if (h->version != K3_PACK_VERSION)
         return k3_fail(d, K3_ERR_UNSUPPORTED, "'%s': shard format version %u is not supported by this k3 (%d)",
                        path, h->version, K3_PACK_VERSION);

@@ -83,7 +83,8 @@ static void test_trunk(void)
         expect_bad(bad, n, fsize, want, substr); \
     } while (0)
     MUTATE(bad[0] = 'X', 0, 16384, K3_ERR_FORMAT, "bad magic");
-    MUTATE(k3_st32(bad + 8, 2), 0, 16384, K3_ERR_UNSUPPORTED, "version 2");
+    MUTATE(k3_st32(bad + 8, 2), 0, 16384, K3_ERR_UNSUPPORTED, "version 2 is newer than this k3 (1); upgrade k3");
+    MUTATE(k3_st32(bad + 8, 0), 0, 16384, K3_ERR_UNSUPPORTED, "version 0");
     MUTATE(k3_st32(bad + 12, 0x04030201), 0, 16384, K3_ERR_FORMAT, "byte-order");
     MUTATE(k3_st32(bad + 16, 3), 1, 16384, K3_ERR_FORMAT, "unknown shard kind");
     MUTATE(k3_st32(bad + 20, 100), 1, 16384, K3_ERR_FORMAT, "alignment");
@@ -245,7 +246,9 @@ static void test_manifest(void)
     k3_manifest_free(&m2);
     k3_manifest_free(&m);
 
-    manifest_bad("\"format_version\":1", "\"format_version\":2", K3_ERR_UNSUPPORTED, "version 2");
+    manifest_bad("\"format_version\":1", "\"format_version\":2", K3_ERR_UNSUPPORTED,
+                 "pack format version 2 is newer than this k3 (1); upgrade k3");
+    manifest_bad("\"format_version\":1", "\"format_version\":0", K3_ERR_UNSUPPORTED, "version 0");
     manifest_bad("\"format\":\"k3-pack\"", "\"format\":\"other\"", K3_ERR_FORMAT, "not a k3 pack");
     manifest_bad("\"byte_order\":\"little\"", "\"byte_order\":\"big\"", K3_ERR_FORMAT, "byte_order");
     manifest_bad("\"generator\":\"t\"", "\"generator\":\"t\",\"generator\":\"u\"", K3_ERR_FORMAT, "duplicate");
