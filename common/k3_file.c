@@ -12,6 +12,15 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+int k3_open_read(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return -1;
+    int fl = fcntl(fd, F_GETFL);
+    if (fl != -1) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    return fd;
+}
+
 k3_err k3_pread_full(int fd, void *buf, size_t len, uint64_t off, const char *path, k3_diag *d)
 {
     uint8_t *p = buf;
@@ -67,7 +76,7 @@ k3_err k3_write_full(int fd, const void *buf, size_t len, const char *path, k3_d
 k3_err k3_read_file(const char *path, size_t max, char **out, size_t *len, k3_diag *d)
 {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = k3_open_read(path);
     if (fd < 0)
         return k3_fail(d, errno == ENOENT ? K3_ERR_NOT_FOUND : K3_ERR_IO,
                        "cannot open '%s': %s", path, strerror(errno));

@@ -17,6 +17,14 @@
 
 #include "k3_error.h"
 
+/*
+ * open(path, O_RDONLY | O_CLOEXEC) that never blocks: a FIFO (or a device)
+ * where a file should be opens at once (O_NONBLOCK, cleared again after the
+ * open), so the caller's fstat can refuse it instead of waiting for a writer.
+ * Returns the fd, or -1 with errno set.
+ */
+int k3_open_read(const char *path);
+
 /* Read exactly len bytes at off; a short file is K3_ERR_FORMAT ("truncated"). */
 k3_err k3_pread_full(int fd, void *buf, size_t len, uint64_t off, const char *path, k3_diag *d);
 k3_err k3_pwrite_full(int fd, const void *buf, size_t len, uint64_t off, const char *path, k3_diag *d);

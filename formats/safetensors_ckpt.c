@@ -62,7 +62,7 @@ static void add_warning(k3_st_ckpt *c, const char *fmt, ...)
 static k3_err append_path(k3_st_ckpt *c, const char *path, const char *fname, const char *dn, k3_diag *d)
 {
     k3_err e;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = k3_open_read(path);
     if (fd < 0)
         return k3_fail(d, errno == ENOENT ? K3_ERR_NOT_FOUND : K3_ERR_IO, "cannot open '%s': %s",
                        path, strerror(errno));

@@ -121,7 +121,7 @@ k3_err k3i_open_pack(k3i_ctx *x, const char *dir, k3_diag *d)
         if (!f->path || !f->name) return k3_fail(d, K3_ERR_NOMEM, "out of memory");
         f->size = m->shards[s].size;
         c->n_files++;
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        int fd = k3_open_read(path);
         k3_diag hd;
         if (fd < 0) {
             k3_fail(&hd, K3_ERR_NOT_FOUND, "shard '%s' is missing", m->shards[s].name);

@@ -361,7 +361,7 @@ static void check_shard(pack_ctx *c, uint32_t si, k3v_item *it)
         k3v_add(it, K3V_IO, "%s", d.msg);
         return;
     }
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = k3_open_read(path);
     if (fd < 0) {
         if (errno == ENOENT) k3v_add(it, K3V_MISSING, "missing");
         else k3v_add(it, K3V_IO, "cannot open: %s", strerror(errno));
@@ -400,7 +400,7 @@ static void check_file(pack_ctx *c, const k3_mf_file *f, k3v_item *it)
         k3v_add(it, K3V_IO, "%s", d.msg);
         return;
     }
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = k3_open_read(path);
     if (fd < 0) {
         if (errno == ENOENT) k3v_add(it, K3V_MISSING, "missing");
         else k3v_add(it, K3V_IO, "cannot open: %s", strerror(errno));

@@ -73,6 +73,15 @@ if [ -w /dev/full ]; then
     expect_rc 3 "write error"; err_has "cannot write to standard output" "write error"
 fi
 
+# FIFOs where a shard or config.json should be: refused at once, never a blocked open()
+mkdir -p "$T/fifo" && mkfifo "$T/fifo/model-00001-of-00001.safetensors" && \
+    printf '{"weight_map": {"a": "model-00001-of-00001.safetensors"}}' >"$T/fifo/model.safetensors.index.json" || exit 1
+rc=0; timeout 20 "$K3INSPECT" "$T/fifo" >"$T/out" 2>"$T/err" || rc=$?
+expect_rc 1 "FIFO shard"; err_has "is not a regular file" "FIFO shard"
+mkdir -p "$T/fifo2" && cp "$T/good.safetensors" "$T/fifo2/model.safetensors" && mkfifo "$T/fifo2/config.json" || exit 1
+rc=0; timeout 20 "$K3INSPECT" "$T/fifo2" >"$T/out" 2>"$T/err" || rc=$?
+expect_rc 1 "FIFO config.json"; err_has "is not a regular file" "FIFO config.json"
+
 # --- default view ------------------------------------------------------------------
 run "$T/good.safetensors"
 expect_rc 0 "list"; err_empty "list"
