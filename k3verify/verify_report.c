@@ -173,6 +173,16 @@ static void print_json(k3v_report *r, const k3v_item *it, const char *status)
     fputs("]}\n", f);
 }
 
+/* A message as text: its names are escaped already, but it may quote a
+   library message that holds raw bytes; no control byte may end the line. */
+static void put_msg(FILE *f, const char *msg)
+{
+    size_t n = strlen(msg), cap = 4 * n + 8;
+    char *safe = k3v_xalloc(cap);             /* [cap] worst case \xNN per byte */
+    fputs(k3_escape_ctl(msg, n, safe, cap), f);
+    free(safe);
+}
+
 static void print_text(k3v_report *r, const k3v_item *it, const char *status)
 {
     FILE *f = r->out;
@@ -185,7 +195,10 @@ static void print_text(k3v_report *r, const k3v_item *it, const char *status)
         size_t shown = it->n_pr;
         if (!r->all_problems && shown > K3V_TEXT_PROBLEMS) shown = K3V_TEXT_PROBLEMS;
         fprintf(f, "%s: FAILED (", name);
-        for (size_t i = 0; i < shown; i++) fprintf(f, "%s%s", i ? "; " : "", it->pr[i].msg);
+        for (size_t i = 0; i < shown; i++) {
+            if (i) fputs("; ", f);
+            put_msg(f, it->pr[i].msg);
+        }
         if (shown < it->n_pr)
             fprintf(f, "; and %zu more problems (-v or --json lists all)", it->n_pr - shown);
         fputs(")\n", f);

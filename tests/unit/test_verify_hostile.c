@@ -1,7 +1,8 @@
 /*
  * test_verify_hostile.c - k3verify (and k3inspect on packs) against packs
- * made to mislead: FIFOs where files should be. Each must end in a FAILED
- * line and the right exit code, never a hang, a crash or a forged "OK".
+ * made to mislead: names that try to forge output lines, FIFOs where files
+ * should be. Each must end in a FAILED line and the right exit code, never
+ * a hang, a crash or a forged "OK".
  */
 #define _GNU_SOURCE
 #include "test_verify_run.h"
@@ -22,6 +23,26 @@ static void make_fifo(const char *dir, const char *name)
     snprintf(p, sizeof p, "%s/%s", dir, name);
     unlink(p);
     REQUIRE(mkfifo(p, 0644) == 0);
+}
+
+/* A shard name with a newline, listed twice: the manifest reader quotes it. */
+static void test_forged_line(void)
+{
+    k3_manifest m;
+    const char *dir = fresh("forged-line", &m);
+    k3_diag d;
+    free(m.shards[1].name);
+    free(m.shards[2].name);
+    m.shards[1].name = k3tp_strdup("x\ntrunk-head.k3s: OK\x1b[2J");
+    m.shards[2].name = k3tp_strdup("x\ntrunk-head.k3s: OK\x1b[2J");
+    REQUIRE(k3tp_write_manifest(dir, &m, &d) == K3_OK);
+    CHECK_EXIT(run_dir("", dir), 1);
+    CHECK_OUT("manifest.json: FAILED (");
+    CHECK_NOT_OUT("\ntrunk-head.k3s: OK");
+    CHECK_NOT_OUT("\x1b");
+    CHECK_OUT("x\\x0atrunk-head.k3s: OK\\x1b[2J");
+    CHECK_EQ_U64(count_lines(g_out, "\n"), count_lines(g_out, ": FAILED (") + count_lines(g_out, ": OK\n"));
+    k3_manifest_free(&m);
 }
 
 /* FIFOs named like pack files: "not a regular file", never a blocked open(). */
@@ -49,6 +70,7 @@ int main(void)
     find_tool("k3inspect", "K3_INSPECT_BIN", g_inspect);
     snprintf(g_root, sizeof g_root, "%s/verify_hostile", k3_test_tmpdir());
     mkdir(g_root, 0755);
+    test_forged_line();
     test_fifos();
     free(g_out);
     free(g_err);
