@@ -96,14 +96,23 @@ static void compare_experts(pack_ctx *c, uint32_t si, const k3_shard_header *h, 
     FIELD(x->record_size, h->record_size, "record_size");
     FIELD(x->n_parts, h->n_entries, "number of parts");
 #undef FIELD
+    uint8_t *seen = k3v_xalloc(h->n_entries);      /* [n_entries] */
     for (uint32_t p = 0; p < x->n_parts; p++) {
         const k3_mf_part *pt = &x->parts[p];
         char *esc = k3v_esc(pt->name, strlen(pt->name));
         const k3_shard_entry *e = k3_shard_find(h, pt->name);
         if (!e) k3v_add(it, K3V_MISMATCH, "record part '%s' is in the manifest but not in the shard header", esc);
+        else if (seen[e - h->entries]++) k3v_add(it, K3V_MISMATCH, "record part '%s' is listed twice in the manifest", esc);
         else compare_entry(it, "record part", esc, e, pt->offset, pt->size, pt->encoding, pt->ndim, pt->shape);
         free(esc);
     }
+    for (uint32_t j = 0; j < h->n_entries; j++) {     /* a part the manifest's layout leaves out */
+        if (seen[j]) continue;
+        char *esc = k3v_esc(h->entries[j].name, h->entries[j].name_len);
+        k3v_add(it, K3V_MISMATCH, "record part '%s' is in the shard header but not in the manifest", esc);
+        free(esc);
+    }
+    free(seen);
 }
 
 void k3v_compare_header(pack_ctx *c, uint32_t si, const k3_shard_header *h, k3v_item *it)

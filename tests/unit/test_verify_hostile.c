@@ -1,8 +1,9 @@
 /*
  * test_verify_hostile.c - k3verify (and k3inspect on packs) against packs
  * made to mislead: names that try to forge output lines, FIFOs where files
- * should be. Each must end in a FAILED line and the right exit code, never
- * a hang, a crash or a forged "OK".
+ * should be, a manifest whose record layout repeats a part. Each must end
+ * in a FAILED line and the right exit code, never a hang, a crash or a
+ * forged "OK".
  */
 #define _GNU_SOURCE
 #include "test_verify_run.h"
@@ -64,6 +65,28 @@ static void test_fifos(void)
     k3_manifest_free(&m);
 }
 
+/* The manifest names w1.weight_packed twice and leaves out w3.weight_packed:
+   the part count still equals the header's, but the layout is wrong. */
+static void test_repeated_part(void)
+{
+    k3_manifest m;
+    const char *dir = fresh("repeated-part", &m);
+    k3_diag d;
+    k3_mf_experts *x = &m.expert_layers[0];
+    REQUIRE(!strcmp(x->parts[0].name, "w1.weight_packed") && !strcmp(x->parts[2].name, "w3.weight_packed"));
+    char *keep = x->parts[2].name;
+    x->parts[2] = x->parts[0];
+    x->parts[2].name = k3tp_strdup(x->parts[0].name);
+    free(keep);
+    REQUIRE(k3tp_write_manifest(dir, &m, &d) == K3_OK);
+    CHECK_EXIT(run_dir("--quick", dir), 1);
+    CHECK_OUT("experts-layer-001.k3s: FAILED (");
+    CHECK_OUT("record part 'w1.weight_packed' is listed twice in the manifest");
+    CHECK_OUT("record part 'w3.weight_packed' is in the shard header but not in the manifest");
+    CHECK_OUT("experts-layer-002.k3s: OK\n");
+    k3_manifest_free(&m);
+}
+
 int main(void)
 {
     find_binary();
@@ -72,6 +95,7 @@ int main(void)
     mkdir(g_root, 0755);
     test_forged_line();
     test_fifos();
+    test_repeated_part();
     free(g_out);
     free(g_err);
     return k3_test_done();
