@@ -172,9 +172,11 @@ void k3i_close_pack(k3i_ctx *x)
 int k3i_pack_text(const k3i_ctx *x, FILE *f)
 {
     const k3_manifest *m = &x->pack;
+    char name[256];                              /* names come from the manifest: escaped */
     fprintf(f, "\nPack: format %d, %u shards, experts %s (%s), names without the prefix '%s'\n",
             m->format_version, m->n_shards, m->experts_encoding ? k3_enc_name(m->experts_encoding) : "none",
-            m->experts_quantized ? "quantized by k3pack" : "as in the checkpoint", m->name_prefix);
+            m->experts_quantized ? "quantized by k3pack" : "as in the checkpoint",
+            k3_escape(m->name_prefix, strlen(m->name_prefix), name, sizeof name));
     fprintf(f, "%-24s %-7s %5s %8s %8s %14s %16s  %-32s %s\n", "shard", "kind", "layer", "tensors", "records",
             "data_offset", "bytes", "xxh3_128", "header");
     for (uint32_t s = 0; s < m->n_shards; s++) {
@@ -183,7 +185,7 @@ int k3i_pack_text(const k3i_ctx *x, FILE *f)
         char layer[24] = "-", hex[33];
         if (sh->layer >= 0) snprintf(layer, sizeof layer, "%lld", (long long)sh->layer);
         k3_hex128(sh->hash, hex);
-        fprintf(f, "%-24s %-7s %5s %8u %8llu %14llu %16llu  %s %s\n", sh->name,
+        fprintf(f, "%-24s %-7s %5s %8u %8llu %14llu %16llu  %s %s\n", k3_escape(sh->name, strlen(sh->name), name, sizeof name),
                 sh->kind == K3_SHARD_TRUNK ? "trunk" : "experts", layer, x->shard_ok[s] ? h->n_entries : 0,
                 x->shard_ok[s] ? (unsigned long long)h->n_records : 0ull,
                 x->shard_ok[s] ? (unsigned long long)h->data_offset : 0ull, (unsigned long long)sh->size, hex,
@@ -196,12 +198,10 @@ int k3i_pack_text(const k3i_ctx *x, FILE *f)
         fprintf(f, "%-20s %-6s %-16s %12s %12s\n", "part", "enc", "shape", "offset", "bytes");
         for (uint32_t p = 0; p < xl->n_parts; p++) {
             const k3_mf_part *pt = &xl->parts[p];
-            char shape[64] = "[";
-            for (int i = 0; i < pt->ndim; i++)
-                snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%llu", i ? ", " : "",
-                         (unsigned long long)pt->shape[i]);
-            strcat(shape, "]");
-            fprintf(f, "%-20s %-6s %-16s %12llu %12llu\n", pt->name, k3_enc_name(pt->encoding), shape,
+            char shape[K3_ST_SHAPE_STR];
+            k3_st_fmt_shape(pt->shape, (unsigned)pt->ndim, shape, sizeof shape);
+            fprintf(f, "%-20s %-6s %-16s %12llu %12llu\n", k3_escape(pt->name, strlen(pt->name), name, sizeof name),
+                    k3_enc_name(pt->encoding), shape,
                     (unsigned long long)pt->offset, (unsigned long long)pt->size);
         }
     }
