@@ -187,6 +187,19 @@ k3_err k3_atomic_write_file(const char *dir, const char *name, const void *buf, 
     return k3_atomic_commit(&af, d);
 }
 
+int k3_is_tmp_name(const char *name)
+{
+    const char *t = NULL;
+    if (name[0] != '.') return 0;
+    for (const char *p = name + 1; (p = strstr(p, ".k3tmp-")); p++) t = p;
+    if (!t || t == name + 1) return 0;               /* no ".k3tmp-", or an empty NAME */
+    t += strlen(".k3tmp-");
+    if (!*t) return 0;
+    for (; *t; t++)
+        if (*t < '0' || *t > '9') return 0;
+    return 1;
+}
+
 int k3_remove_stale_tmp(const char *dir)
 {
     DIR *dh = opendir(dir);
@@ -194,7 +207,7 @@ int k3_remove_stale_tmp(const char *dir)
     int n = 0;
     struct dirent *de;
     while ((de = readdir(dh))) {
-        if (de->d_name[0] != '.' || !strstr(de->d_name, ".k3tmp-")) continue;
+        if (!k3_is_tmp_name(de->d_name)) continue;
         char p[4096];
         if (snprintf(p, sizeof p, "%s/%s", dir, de->d_name) >= (int)sizeof p) continue;
         if (unlink(p) == 0) n++;

@@ -53,7 +53,11 @@ void k3_atomic_abort(k3_atomic_file *af);
 /* Write a whole small file crash-safely. */
 k3_err k3_atomic_write_file(const char *dir, const char *name, const void *buf, size_t len, k3_diag *d);
 
-/* Remove leftover ".*.k3tmp-*" files in dir; returns how many were removed. */
+/* Is name a temporary of k3_atomic_open: ".NAME.k3tmp-PID" (NAME not empty, PID digits)? */
+int k3_is_tmp_name(const char *name);
+
+/* Remove leftover ".NAME.k3tmp-PID" files in dir (nothing else: a user's file that
+   merely contains ".k3tmp-" stays); returns how many were removed. */
 int k3_remove_stale_tmp(const char *dir);
 
 /* Take an exclusive, non-blocking lock file "<dir>/<name>" (flock). Returns fd. */

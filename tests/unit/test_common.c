@@ -278,6 +278,21 @@ static void test_hash_files(void)
     REQUIRE(k3_atomic_open(&af, sub, "z.txt", &d) == K3_OK);   /* simulate a crash: leave it */
     close(af.fd);
     CHECK(k3_remove_stale_tmp(sub) == 1);
+    /* only ".NAME.k3tmp-PID" is ours: a user's file that merely contains ".k3tmp-" stays */
+    static const char *const keep[] = {".notes.k3tmp-backup", ".k3tmp-12", "a.k3tmp-12", ".x.k3tmp-", ".x.k3tmp-12a",
+                                       ".x.k3tmp-1.txt"};
+    for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++) {
+        snprintf(p, sizeof p, "%s/%s", sub, keep[i]);
+        int kfd = open(p, O_WRONLY | O_CREAT, 0644);
+        REQUIRE(kfd >= 0);
+        close(kfd);
+    }
+    CHECK(k3_remove_stale_tmp(sub) == 0);
+    for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++) {
+        snprintf(p, sizeof p, "%s/%s", sub, keep[i]);
+        CHECK_MSG(access(p, F_OK) == 0, "'%s' was removed", keep[i]);
+    }
+    CHECK(k3_is_tmp_name(".trunk-head.k3s.k3tmp-4242") && !k3_is_tmp_name(".notes.k3tmp-backup"));
     int fd1, fd2;
     REQUIRE(k3_lock_dir(sub, ".lock", &fd1, &d) == K3_OK);
     CHECK(k3_lock_dir(sub, ".lock", &fd2, &d) == K3_ERR_LOCKED);
