@@ -103,6 +103,7 @@ const char *k3_config_prefix(const k3_config *c);
 /* the expected tensor list (K3-ARCHITECTURE.md §3)                            */
 
 enum { K3_XT_ANY_SHAPE = 1 };          /* flag: any shape with the same numel is fine */
+#define K3_XT_MAX_EXPERT_TENSORS (1u << 24)   /* K3 has 494,592; a config implying more is refused */
 
 typedef struct k3_xtensor {
     const char *name;                  /* without k3_config_prefix: "model.layers.3.self_attn.q_a_proj.weight" */
@@ -127,7 +128,9 @@ typedef struct k3_xlist {
  * then the final norm, output AttnRes and lm_head. dtypes are K3's: BF16,
  * except F32 for KDA conv/A_log/dt_bias/o_norm and e_score_correction_bias,
  * and U8 weight_packed [out, in/2] / weight_scale [out, in/group] for MXFP4
- * experts. Vision tensors are not listed. Fails on arithmetic overflow.
+ * experts. Vision tensors are not listed. Fails on arithmetic overflow, and
+ * (before allocating anything) when the routed experts of all MoE layers come
+ * to more than K3_XT_MAX_EXPERT_TENSORS tensors.
  */
 k3_err k3_expected_tensors(const k3_config *c, k3_xlist *out, k3_diag *d);
 void k3_xlist_free(k3_xlist *l);

@@ -169,6 +169,14 @@ k3_err k3_expected_tensors(const k3_config *c, k3_xlist *out, k3_diag *d)
         return k3_fail(d, K3_ERR_UNSUPPORTED,
                        "config: quantization '%s' format '%s' is not supported (only MXFP4 experts)",
                        c->quant_method, c->quant_format);
+    uint64_t n_moe = 0;
+    for (uint32_t li = 0; li < c->num_hidden_layers; li++) n_moe += (uint64_t)k3_layer_is_moe(c, li);
+    uint64_t n_expert = n_moe * c->num_experts * (c->experts_mxfp4 ? 6u : 3u);   /* < 2^10 * 2^31 * 6 */
+    if (n_expert > K3_XT_MAX_EXPERT_TENSORS)
+        return k3_fail(d, K3_ERR_FORMAT,
+                       "config: %llu MoE layers of %u experts make %llu expert tensors, more than the limit of %u",
+                       (unsigned long long)n_moe, c->num_experts, (unsigned long long)n_expert,
+                       K3_XT_MAX_EXPERT_TENSORS);
     builder b = {out, 0, 0, 0, d, K3_OK};
     uint64_t D = c->hidden_size, V = c->vocab_size;
     add(&b, -1, K3_DT_BF16, 0, A2(V, D), "model.", "embed_tokens.weight");

@@ -291,6 +291,14 @@ static void test_flat(void)
     CHECK(strstr(d.msg, "overflows 64 bits") != NULL);
     free(s);
     free(s2);
+    /* a config implying tens of millions of tensors is refused before the list is built
+       (a hostile num_experts must not make k3verify --checkpoint allocate until the OOM killer) */
+    s = variant("\"num_experts\":4", "\"num_experts\":2000000");
+    REQUIRE(k3_config_parse(s, strlen(s), "cfg.json", &c, &d) == K3_OK);
+    e = k3_expected_tensors(&c, &xl, &d);
+    CHECK_MSG(e == K3_ERR_FORMAT && strstr(d.msg, "more than the limit"), "returned %d: %s", e, d.msg);
+    if (!e) k3_xlist_free(&xl);
+    free(s);
 }
 
 static void test_bad(void)
