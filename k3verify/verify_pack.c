@@ -225,7 +225,9 @@ static void hash_shard(pack_ctx *c, uint32_t si, int fd, const k3_shard_header *
 
 /* ------------------------------------------------------------------ one shard, one file */
 
-static void check_shard(pack_ctx *c, uint32_t si, k3v_item *it)
+/* Check shard si; listing_only: exists, is a regular file of the manifest's size (a
+   shard outside the --subset), nothing is read. */
+static void check_shard(pack_ctx *c, uint32_t si, int listing_only, k3v_item *it)
 {
     const k3_mf_shard *s = &c->m.shards[si];
     k3v_item_init(it, "shard", s->name);
@@ -251,6 +253,10 @@ static void check_shard(pack_ctx *c, uint32_t si, k3v_item *it)
     if (size != s->size) {
         k3v_add(it, K3V_SIZE, "size %llu, expected %llu: %s", (unsigned long long)size, (unsigned long long)s->size,
                 size < s->size ? "truncated" : "extended");
+        close(fd);
+        return;
+    }
+    if (listing_only) {
         close(fd);
         return;
     }
@@ -434,10 +440,11 @@ int k3v_verify_pack(const char *dir, const k3v_pack_opts *o, k3v_report *r)
     uint32_t n_sel = 0;
     if (have_m) {
         index_manifest(&c);
-        uint32_t *sel = k3v_xalloc((c.m.n_shards + 1) * sizeof *sel);   /* [n_shards] */
+        uint8_t *sel = k3v_xalloc(c.m.n_shards + 1);   /* [n_shards] 1 = in the --subset: read it */
         for (uint32_t i = 0; i < c.m.n_shards; i++)
             if (!o->subset_t || i % o->subset_t == o->subset_n - 1) {
-                sel[n_sel++] = i;
+                sel[i] = 1;
+                n_sel++;
                 c.total += c.m.shards[i].size;
             }
         for (uint32_t i = 0; i < c.m.n_files; i++) c.total += c.m.files[i].size;
@@ -445,18 +452,20 @@ int k3v_verify_pack(const char *dir, const k3v_pack_opts *o, k3v_report *r)
         r->files.total = c.m.n_files;
         if (!o->quick) k3_progress_start(&r->progress, "verifying", c.total);
 
-        k3v_item *items = k3v_xalloc((n_sel + 1) * sizeof *items);   /* [n_sel] results, printed in order */
-        uint8_t *ready = k3v_xalloc(n_sel + 1);
-        uint32_t next = 0;
+        /* every shard in manifest order; outside the subset only the listing (the
+           file is there with its size), shown only when that fails */
+        uint32_t n_sh = c.m.n_shards, next = 0;
+        k3v_item *items = k3v_xalloc((n_sh + 1) * sizeof *items);   /* [n_shards] results, printed in order */
+        uint8_t *ready = k3v_xalloc(n_sh + 1);
         int threads = o->threads > 0 ? o->threads : 1;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1)
-        for (long k = 0; k < (long)n_sel; k++) {
-            check_shard(&c, sel[k], &items[k]);
+        for (long k = 0; k < (long)n_sh; k++) {
+            check_shard(&c, (uint32_t)k, !sel[k], &items[k]);
 #pragma omp critical(k3v_out)
             {
                 ready[k] = 1;
-                while (next < n_sel && ready[next]) {
-                    k3v_report_item(r, &items[next]);
+                while (next < n_sh && ready[next]) {
+                    if (sel[next] || k3v_failed(&items[next])) k3v_report_item(r, &items[next]);
                     k3v_item_free(&items[next]);
                     next++;
                 }

@@ -241,6 +241,25 @@ static void test_subset(void)
     CHECK(strstr(a, "tiktoken.model: OK") && strstr(b, "tiktoken.model: OK"));   /* files always */
     free(a);
     free(b);
+    /* the listing is checked in every subset: a shard of another subset that is missing or
+       has the wrong size fails here too (without being read); an intact one prints nothing */
+    char p[8200];
+    snprintf(p, sizeof p, "%s/%s", dir, m.shards[1].name);          /* subset 2/2 */
+    REQUIRE(unlink(p) == 0);
+    snprintf(p, sizeof p, "%s/%s", dir, m.shards[3].name);          /* subset 2/2 */
+    REQUIRE(truncate(p, (off_t)m.shards[3].size - 1) == 0);
+    CHECK_EXIT(run_dir("--subset 1/2", dir), 1);
+    char want[256];
+    snprintf(want, sizeof want, "%s: FAILED (missing)\n", m.shards[1].name);
+    CHECK_OUT(want);
+    snprintf(want, sizeof want, "%s: FAILED (size %llu, expected %llu: truncated)\n", m.shards[3].name,
+             (unsigned long long)m.shards[3].size - 1, (unsigned long long)m.shards[3].size);
+    CHECK_OUT(want);
+    CHECK_NOT_OUT(m.shards[5].name);                                   /* 2/2, intact: not shown */
+    CHECK_OUT("trunk-embed.k3s: OK\n");
+    CHECK(strstr(g_out, "trunk-embed.k3s") < strstr(g_out, m.shards[1].name));   /* manifest order */
+    CHECK(strstr(g_out, m.shards[1].name) < strstr(g_out, m.shards[2].name));
+    CHECK_ERR("subset 1/2: 5 of 9 shards checked");
     k3_manifest_free(&m);
 }
 
