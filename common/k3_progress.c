@@ -5,6 +5,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #define K3_PROGRESS_PERIOD 0.2   /* seconds between redraws */
@@ -38,7 +39,8 @@ void k3_progress_update(k3_progress *p, uint64_t done, const char *detail)
     p->t_last = now;
     double el = now - p->t_start;
     double rate = el > 0 ? (double)done / el : 0;
-    char a[24], b[24], r[24], eta[32] = "";
+    char a[24], b[24], r[24], eta[32] = "", safe[256];
+    if (detail) detail = k3_escape_ctl(detail, strlen(detail), safe, sizeof safe);   /* names from files */
     k3_human_bytes((double)done, a, sizeof a);
     k3_human_bytes(rate, r, sizeof r);
     if (p->total && rate > 0 && done <= p->total) {

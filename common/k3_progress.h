@@ -21,7 +21,8 @@ typedef struct k3_progress {
 } k3_progress;
 
 void k3_progress_start(k3_progress *p, const char *label, uint64_t total);
-/* done: units so far; detail: short text shown at the end (may be NULL). */
+/* done: units so far; detail: short text shown at the end (may be NULL; control
+   bytes in it are shown as \xNN, it is cut at about 250 bytes). */
 void k3_progress_update(k3_progress *p, uint64_t done, const char *detail);
 void k3_progress_end(k3_progress *p);
 

@@ -14,6 +14,7 @@
 #include "k3_log.h"
 #include "k3_num.h"
 #include "k3_opts.h"
+#include "k3_progress.h"
 #include "k3_test.h"
 
 static float bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
@@ -225,6 +226,24 @@ static void test_log_sanitized(void)
     REQUIRE(k3_read_file(path, 1 << 20, &text, &len, &d) == K3_OK);
     CHECK_STR(text, "t: error: name 'a\\x1b[2Jb\\x0ac\\xc2\\x9bd\\e\\xff' here\n"
                     "t: warning: w\\x0dx\n");
+    free(text);
+    unlink(path);
+    /* the progress line's detail (a file name from a manifest) cannot hold control bytes */
+    fflush(stderr);
+    saved = dup(2);
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    REQUIRE(saved >= 0 && fd >= 0);
+    REQUIRE(dup2(fd, 2) == 2);
+    close(fd);
+    k3_progress pr;
+    k3_progress_start(&pr, "verifying", 100);
+    pr.enabled = 1;                                    /* as on a terminal */
+    k3_progress_update(&pr, 10, "tok\x1b]0;x\x07en");
+    fflush(stderr);
+    REQUIRE(dup2(saved, 2) == 2);
+    close(saved);
+    REQUIRE(k3_read_file(path, 1 << 20, &text, &len, &d) == K3_OK);
+    CHECK_MSG(strstr(text, "tok\\x1b]0;x\\x07en") && !strchr(text, '\x07'), "progress line: %s", text);
     free(text);
     unlink(path);
     /* an escaped name stays as it was (no double escaping) */
