@@ -238,7 +238,7 @@ static void test_log_sanitized(void)
     k3_progress pr;
     k3_progress_start(&pr, "verifying", 100);
     pr.enabled = 1;                                    /* as on a terminal */
-    k3_progress_update(&pr, 10, "tok\x1b]0;x\x07en");
+    k3_progress_update(&pr, 10, "tok\x1b]0;x\x07" "en");
     fflush(stderr);
     REQUIRE(dup2(saved, 2) == 2);
     close(saved);
