@@ -25,7 +25,8 @@ static int cmp_span(const void *a, const void *b)
 }
 
 /* Build spans covering [0, file_size). Inside a record, part gaps are padding
-   but they are hashed with the record, so a record is one span. */
+   but they are hashed with the record, so a record is one span (its gaps are
+   checked for zero separately, record_gaps). */
 static span *build_spans(const k3_shard_header *h, size_t *n_out)
 {
     size_t cap = 2 * (size_t)(h->kind == K3_SHARD_TRUNK ? h->n_entries : h->n_records) + 3;
@@ -58,6 +59,35 @@ static span *build_spans(const k3_shard_header *h, size_t *n_out)
     return s;
 }
 
+/* Gaps between the parts of an expert record, relative to the record's start
+   (FORMAT.md 2.2: zero). Needs the parts (entries) in offset order; a header
+   without parts (k3verify's geometry from the manifest) has none. */
+static span *record_gaps(const k3_shard_header *h, size_t *n_out)
+{
+    *n_out = 0;
+    span *g = malloc(((size_t)h->n_entries + 1) * sizeof *g);    /* [n_entries + 1] */
+    if (!g) return NULL;
+    uint64_t pos = 0;
+    for (uint32_t i = 0; h->kind == K3_SHARD_EXPERTS && h->entries && i <= h->n_entries; i++) {
+        uint64_t b = i < h->n_entries ? h->entries[i].offset : h->record_size;
+        if (b > pos && b <= h->record_size) g[(*n_out)++] = (span){pos, b, -1};
+        if (i < h->n_entries && h->entries[i].offset + h->entries[i].size > pos)
+            pos = h->entries[i].offset + h->entries[i].size;
+    }
+    return g;
+}
+
+/* First non-zero byte of p[0, len) (at record offset rel) inside a gap, or UINT64_MAX. */
+static uint64_t nonzero_in_gaps(const uint8_t *p, uint64_t len, uint64_t rel, const span *g, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint64_t b = g[i].begin > rel ? g[i].begin : rel, e = g[i].end < rel + len ? g[i].end : rel + len;
+        for (uint64_t k = b; k < e; k++)
+            if (p[k - rel]) return k - rel;
+    }
+    return UINT64_MAX;
+}
+
 k3_err k3_shard_hash(int fd, const char *path, const k3_shard_header *h, size_t buf_size, int drop_cache,
                      k3_hash_progress_fn progress, void *ctx, k3_shard_hashes *out, k3_diag *d)
 {
@@ -69,15 +99,16 @@ k3_err k3_shard_hash(int fd, const char *path, const k3_shard_header *h, size_t 
     if (n_main > ((SIZE_MAX / sizeof(span)) - 3) / 2)
         return k3_fail(d, K3_ERR_NOMEM, "'%s': %llu records are too many to hash", path,
                        (unsigned long long)n_main);
-    size_t n_spans = 0;
+    size_t n_spans = 0, n_gaps = 0;
     span *spans = build_spans(h, &n_spans);
+    span *gaps = record_gaps(h, &n_gaps);
     uint8_t *buf = malloc(buf_size);             /* [buf_size] read buffer */
     k3_hasher *file = k3_hasher_new();
     k3_hasher64 *part = k3_hasher64_new();
     if (h->kind == K3_SHARD_TRUNK) out->entry = calloc(h->n_entries + 1, sizeof *out->entry);
     else out->record = calloc(h->n_records + 1, sizeof *out->record);
     k3_err e = K3_OK;
-    if (!spans || !buf || !file || !part || (!out->entry && !out->record)) {
+    if (!spans || !gaps || !buf || !file || !part || (!out->entry && !out->record)) {
         e = k3_fail(d, K3_ERR_NOMEM, "out of memory hashing '%s'", path);
         goto done;
     }
@@ -98,6 +129,10 @@ k3_err k3_shard_hash(int fd, const char *path, const k3_shard_header *h, size_t 
             if (sp->index >= 0) {
                 if (!in_span) { k3_hasher64_reset(part); in_span = 1; }
                 k3_hasher64_update(part, buf + off, (size_t)take);
+                if (n_gaps && out->bad_padding == UINT64_MAX) {
+                    uint64_t at = nonzero_in_gaps(buf + off, take, abs - sp->begin, gaps, n_gaps);
+                    if (at != UINT64_MAX) out->bad_padding = abs + at;
+                }
             } else if (sp->index == -1 && out->bad_padding == UINT64_MAX) {
                 for (uint64_t k = 0; k < take; k++)
                     if (buf[off + k]) { out->bad_padding = abs + k; break; }
@@ -130,6 +165,7 @@ k3_err k3_shard_hash(int fd, const char *path, const k3_shard_header *h, size_t 
     out->file = k3_hasher_digest(file);
 done:
     free(spans);
+    free(gaps);
     free(buf);
     k3_hasher_free(file);
     k3_hasher64_free(part);

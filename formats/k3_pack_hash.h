@@ -17,7 +17,9 @@ typedef struct k3_shard_hashes {
     k3_h128 file;           /* whole file */
     uint64_t *entry;        /* trunk: [n_entries] per tensor; experts: NULL */
     uint64_t *record;       /* experts: [n_records] per record; trunk: NULL */
-    uint64_t bad_padding;   /* offset of the first non-zero padding byte, or UINT64_MAX */
+    uint64_t bad_padding;   /* offset of the first non-zero padding byte (between tensors, between
+                               records, or between the parts of a record when h has its parts),
+                               or UINT64_MAX */
 } k3_shard_hashes;
 
 /* Called after each chunk with bytes done so far (may be NULL). */

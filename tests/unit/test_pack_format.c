@@ -301,11 +301,61 @@ static void test_hash_many_empty_records(void)
     free(img);
 }
 
+/* FORMAT.md 2.2: bytes between the parts of a record are zero. They are hashed
+   with the record, and must also be reported like any other padding. */
+static void test_hash_record_gaps(void)
+{
+    k3_shard_header h;
+    k3_diag d;
+    uint64_t s8[1] = {8};
+    k3_shard_init(&h, K3_SHARD_EXPERTS, 1, 2);
+    REQUIRE(!k3_shard_add(&h, "w1.weight", K3_ENC_U8, 1, s8, &d));       /* [0, 8) */
+    REQUIRE(!k3_shard_add(&h, "w3.weight", K3_ENC_U8, 1, s8, &d));       /* [64, 72): gap [8, 64) */
+    REQUIRE(!k3_shard_layout(&h, &d));
+    REQUIRE(h.record_size == 72 && h.record_stride == 4096 && h.file_size == h.data_offset + 8192);
+    uint8_t *img;
+    size_t n;
+    REQUIRE(!k3_shard_encode(&h, &img, &n, &d));
+    uint8_t *file = calloc(1, (size_t)h.file_size);
+    REQUIRE(file);
+    memcpy(file, img, n);
+    file[h.data_offset + 3] = 5;                          /* inside part w1 of record 0: data */
+    file[h.data_offset + 4096 + 20] = 1;                  /* between the parts of record 1 */
+    char path[4200];
+    snprintf(path, sizeof path, "%s/test_pack_format_gap.k3s", k3_test_tmpdir());
+    FILE *f = fopen(path, "wb");
+    REQUIRE(f && fwrite(file, 1, (size_t)h.file_size, f) == h.file_size && fclose(f) == 0);
+    int fd = open(path, O_RDONLY);
+    REQUIRE(fd >= 0);
+    k3_shard_hashes hs;
+    REQUIRE(k3_shard_hash(fd, path, &h, 1000, 0, NULL, NULL, &hs, &d) == K3_OK);  /* odd chunks */
+    CHECK_EQ_U64(hs.bad_padding, h.data_offset + 4096 + 20);
+    CHECK(hs.record[0] == k3_xxh3_64(file + h.data_offset, 72));
+    CHECK(hs.record[1] == k3_xxh3_64(file + h.data_offset + 4096, 72));
+    k3_shard_hashes_free(&hs);
+    /* the data byte alone is not padding */
+    file[h.data_offset + 4096 + 20] = 0;
+    close(fd);
+    f = fopen(path, "wb");
+    REQUIRE(f && fwrite(file, 1, (size_t)h.file_size, f) == h.file_size && fclose(f) == 0);
+    fd = open(path, O_RDONLY);
+    REQUIRE(fd >= 0);
+    REQUIRE(k3_shard_hash(fd, path, &h, 1000, 0, NULL, NULL, &hs, &d) == K3_OK);
+    CHECK_EQ_U64(hs.bad_padding, UINT64_MAX);
+    k3_shard_hashes_free(&hs);
+    close(fd);
+    unlink(path);
+    free(file);
+    free(img);
+    k3_shard_header_free(&h);
+}
+
 int main(void)
 {
     test_trunk();
     test_experts();
     test_manifest();
     test_hash_many_empty_records();
+    test_hash_record_gaps();
     return k3_test_done();
 }
