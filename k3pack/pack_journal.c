@@ -26,7 +26,7 @@ static int is_pack_file(const char *n)
     size_t l = strlen(n);
     return (l > 4 && !strcmp(n + l - 4, ".k3s") && (!strncmp(n, "trunk-", 6) || !strncmp(n, "experts-", 8))) ||
            !strcmp(n, K3_MANIFEST_NAME) || !strcmp(n, "tiktoken.model") || !strcmp(n, "tokenizer_config.json") ||
-           !strcmp(n, PK_JOURNAL) || !strcmp(n, PK_LOCK) || (n[0] == '.' && strstr(n, ".k3tmp-"));
+           !strcmp(n, PK_JOURNAL) || !strcmp(n, PK_LOCK) || k3_is_tmp_name(n);
 }
 
 /* Refuse a directory holding foreign files, or a finished pack without force.

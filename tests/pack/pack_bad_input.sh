@@ -134,6 +134,11 @@ expect_exit 2 "$K3_BIN/k3pack" "$T/ck" -o "$T/foreign"
 expect_err "not a k3pack output"
 [ "$(cat "$T/foreign/notes.txt")" = precious ] || fail "foreign file touched"
 [ "$(ls -A "$T/foreign")" = notes.txt ] || fail "k3pack left files in a directory it refused: $(ls -A "$T/foreign")"
+# a dotfile that only looks like a temporary (k3pack's are .NAME.k3tmp-PID) is foreign too:
+# it was neither refused nor removed, and stayed in the finished pack
+mkdir "$T/foreign2" && echo draft > "$T/foreign2/.notes.k3tmp-draft"
+expect_exit 2 "$K3_BIN/k3pack" "$T/ck" -o "$T/foreign2"
+expect_err "not a k3pack output"
 # a second k3pack on the same output is refused while the first holds the lock
 mkdir "$T/locked"
 flock "$T/locked/.k3pack.lock" sleep 3 &
