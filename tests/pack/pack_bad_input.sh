@@ -158,6 +158,21 @@ if mount -t tmpfs -o size=4m tmpfs "$T/small_fs" 2>/dev/null; then
     [ "$rc" -eq 3 ] || { cat "$T/err"; fail "no-space run exited $rc, expected 3"; }
     expect_err "the pack needs"
     [ -z "$leftover" ] || fail "files written although space was short: $leftover"
+    # free space between the shards' size and that plus the 1/64 margin: refused, and the
+    # message must not say there is more free space than the pack needs
+    need=$("$K3_BIN/k3pack" -n --json "$T/ck" | $PY -c "import json,sys; print(json.loads(sys.stdin.readlines()[-1])['pack_bytes'])")
+    mount -t tmpfs -o size=$((need + need / 128)) tmpfs "$T/small_fs"
+    set +e
+    "$K3_BIN/k3pack" "$T/ck" -o "$T/small_fs/p" >"$T/out" 2>"$T/err"
+    rc=$?
+    set -e
+    umount "$T/small_fs"
+    [ "$rc" -eq 3 ] || { cat "$T/err"; fail "margin run exited $rc, expected 3"; }
+    $PY - "$T/err" <<'PYEOF' || { cat "$T/err"; fail "the no-space message contradicts itself"; }
+import re, sys
+m = re.search(r"has ([0-9.]+) MiB free; the pack needs ([0-9.]+) MiB more", open(sys.argv[1]).read())
+sys.exit(0 if m and float(m.group(1)) < float(m.group(2)) else 1)
+PYEOF
 else
     echo "pack_bad_input: free-space check skipped (cannot mount a tmpfs here)"
 fi
