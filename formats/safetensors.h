@@ -29,7 +29,8 @@
  *
  * A checkpoint (k3_st_open) is one .safetensors file, or a directory with
  * model.safetensors.index.json (every weight_map entry must exist in its shard,
- * every shard tensor must be listed, shard names are plain file names), or a
+ * every shard tensor must be listed, shard names are plain file names of at
+ * most 255 bytes), or a
  * directory with exactly one *.safetensors file or with model.safetensors.
  */
 #ifndef K3_SAFETENSORS_H

@@ -244,10 +244,11 @@ static void shard_set_free(shard_set *s)
     free(s->slots);
 }
 
-/* A shard name must be a plain file name: no directory part, no "..". */
+/* A shard name must be a plain file name: no directory part, no "..", and no
+   longer than a file name can be (NAME_MAX, 255 bytes on Linux). */
 static int plain_name(const char *s, size_t n)
 {
-    if (n == 0 || (n == 1 && s[0] == '.') || memchr(s, '/', n)) return 0;
+    if (n == 0 || n > 255 || (n == 1 && s[0] == '.') || memchr(s, '/', n)) return 0;
     for (size_t i = 0; i + 1 < n; i++)
         if (s[i] == '.' && s[i + 1] == '.') return 0;
     return 1;

@@ -191,6 +191,19 @@ static void test_index_bad(void)
     FAIL(K3_ERR_FORMAT, "which is not a plain file name");
     put_text(K3_ST_INDEX_NAME, INDEX("{}", "\"a.weight\":\"\""));
     FAIL(K3_ERR_FORMAT, "which is not a plain file name");
+    /* longer than a file name can be (NAME_MAX): bad data, not a usage or i/o error */
+    static const size_t long_len[2] = {300, 5000};
+    for (int k = 0; k < 2; k++) {
+        char *nm = malloc(long_len[k] + 1), *idx = malloc(long_len[k] + 200);
+        REQUIRE(nm && idx);
+        memset(nm, 'x', long_len[k]);
+        nm[long_len[k]] = '\0';
+        snprintf(idx, long_len[k] + 200, "{\"weight_map\":{\"a.weight\":\"%s\"}}", nm);
+        put_text(K3_ST_INDEX_NAME, idx);
+        FAIL(K3_ERR_FORMAT, "which is not a plain file name");
+        free(nm);
+        free(idx);
+    }
     /* index structure */
     put_text(K3_ST_INDEX_NAME, "{\"weight_map\":");
     FAIL(K3_ERR_FORMAT, "'model.safetensors.index.json': index is not valid JSON: unexpected end of input");
