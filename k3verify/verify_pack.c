@@ -38,8 +38,7 @@ static const char *strip_subject(const char *msg, const char *subject)
 
 static int is_k3pack_leftover(const char *name)
 {
-    return !strcmp(name, ".k3pack.lock") || !strcmp(name, ".k3pack.journal") ||
-           (name[0] == '.' && strstr(name, ".k3tmp-") != NULL);
+    return !strcmp(name, ".k3pack.lock") || !strcmp(name, ".k3pack.journal") || k3_is_tmp_name(name);
 }
 
 /* ------------------------------------------------------------------ data pass */

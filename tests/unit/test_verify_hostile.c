@@ -87,6 +87,20 @@ static void test_repeated_part(void)
     k3_manifest_free(&m);
 }
 
+/* A user's file that merely contains ".k3tmp-" is not k3pack's: unlisted, not "rerun k3pack"
+   (k3pack would not remove it: k3_is_tmp_name). */
+static void test_tmp_lookalike(void)
+{
+    k3_manifest m;
+    const char *dir = fresh("tmp-lookalike", &m);
+    put_file(dir, ".notes.k3tmp-backup", "x");
+    put_file(dir, ".trunk-head.k3s.k3tmp-77", "x");
+    CHECK_EXIT(run_dir("--quick", dir), 1);
+    CHECK_OUT(".notes.k3tmp-backup: FAILED (not listed in the manifest)\n");
+    CHECK_OUT(".trunk-head.k3s.k3tmp-77: FAILED (unfinished k3pack run");
+    k3_manifest_free(&m);
+}
+
 int main(void)
 {
     find_binary();
@@ -96,6 +110,7 @@ int main(void)
     test_forged_line();
     test_fifos();
     test_repeated_part();
+    test_tmp_lookalike();
     free(g_out);
     free(g_err);
     return k3_test_done();
