@@ -216,19 +216,18 @@ int k3_remove_stale_tmp(const char *dir)
     return n;
 }
 
-k3_err k3_lock_dir(const char *dir, const char *name, int *fd_out, k3_diag *d)
+k3_err k3_lock_dir(const char *dir, int *fd_out, k3_diag *d)
 {
-    char p[4096];
-    k3_err e = k3_path_join(p, sizeof p, dir, name, d);
-    if (e) return e;
-    int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) return k3_fail(d, K3_ERR_IO, "cannot create lock '%s': %s", p, strerror(errno));
+    /* The lock is on the directory itself: no lock file, so nothing to leave
+       behind or to unlink while another process may be opening it. */
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return k3_fail(d, K3_ERR_IO, "cannot open directory '%s' to lock it: %s", dir, strerror(errno));
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         int err = errno;
         close(fd);
         if (err == EWOULDBLOCK)
-            return k3_fail(d, K3_ERR_LOCKED, "'%s' is locked: another process is writing this output", p);
-        return k3_fail(d, K3_ERR_IO, "cannot lock '%s': %s", p, strerror(err));
+            return k3_fail(d, K3_ERR_LOCKED, "'%s' is locked: another process is writing this output", dir);
+        return k3_fail(d, K3_ERR_IO, "cannot lock '%s': %s", dir, strerror(err));
     }
     *fd_out = fd;
     return K3_OK;

@@ -60,8 +60,9 @@ int k3_is_tmp_name(const char *name);
    merely contains ".k3tmp-" stays); returns how many were removed. */
 int k3_remove_stale_tmp(const char *dir);
 
-/* Take an exclusive, non-blocking lock file "<dir>/<name>" (flock). Returns fd. */
-k3_err k3_lock_dir(const char *dir, const char *name, int *fd_out, k3_diag *d);
+/* Take an exclusive, non-blocking flock on the directory itself (no lock
+   file). Held until *fd_out is closed or the process ends. */
+k3_err k3_lock_dir(const char *dir, int *fd_out, k3_diag *d);
 
 /* Bytes free for an unprivileged user on the filesystem holding path. */
 k3_err k3_free_space(const char *path, uint64_t *out, k3_diag *d);

@@ -266,10 +266,6 @@ int main(int argc, char **argv)
 out_writer:
     pk_writer_free(&w);
 out_lock:
-    if (rc == K3_EXIT_OK) {
-        char lp[4096];
-        if (k3_path_join(lp, sizeof lp, out, PK_LOCK, NULL) == K3_OK) unlink(lp);
-    }
     if (lock_fd >= 0) close(lock_fd);
 out_plan:
     pk_plan_free(&plan);

@@ -126,9 +126,8 @@ void pk_writer_abort(pk_writer *w);
 /* ------------------------------------------- output directory and journal */
 
 #define PK_JOURNAL ".k3pack.journal"
-#define PK_LOCK ".k3pack.lock"
 
-/* Create (if needed) and lock the output directory; refuse a finished pack
+/* Create (if needed) and lock (flock on the directory) the output directory; refuse a finished pack
    (unless force) or a directory with foreign files; clean stale temporaries. */
 k3_err pk_prepare_output(const char *out_dir, int force, int *lock_fd, k3_diag *d);
 k3_err pk_journal_write(pk_writer *w, k3_diag *d);           /* caller holds w->lock */

@@ -26,7 +26,7 @@ static int is_pack_file(const char *n)
     size_t l = strlen(n);
     return (l > 4 && !strcmp(n + l - 4, ".k3s") && (!strncmp(n, "trunk-", 6) || !strncmp(n, "experts-", 8))) ||
            !strcmp(n, K3_MANIFEST_NAME) || !strcmp(n, "tiktoken.model") || !strcmp(n, "tokenizer_config.json") ||
-           !strcmp(n, PK_JOURNAL) || !strcmp(n, PK_LOCK) || k3_is_tmp_name(n);
+           !strcmp(n, PK_JOURNAL) || k3_is_tmp_name(n);
 }
 
 /* Refuse a directory holding foreign files, or a finished pack without force.
@@ -65,11 +65,9 @@ k3_err pk_prepare_output(const char *out, int force, int *lock_fd, k3_diag *d)
     } else if (!S_ISDIR(st.st_mode)) {
         return k3_fail(d, K3_ERR_USAGE, "'%s' exists and is not a directory", out);
     } else if ((e = check_output(out, force, &finished, d))) {
-        /* refused before the lock is created: a finished pack or a foreign directory
-           gets no stray .k3pack.lock (which k3verify reports as an unfinished run) */
         return e;
     }
-    if ((e = k3_lock_dir(out, PK_LOCK, lock_fd, d))) return e;
+    if ((e = k3_lock_dir(out, lock_fd, d))) return e;
     /* again under the lock: the authoritative check */
     if ((e = check_output(out, force, &finished, d))) {
         close(*lock_fd);
@@ -86,7 +84,7 @@ k3_err pk_prepare_output(const char *out, int force, int *lock_fd, k3_diag *d)
         if ((e = k3_fsync_dir(out, d))) return e;
         dh = opendir(out);
         while (dh && (de = readdir(dh)))
-            if (is_pack_file(de->d_name) && strcmp(de->d_name, PK_LOCK) && de->d_name[0] != '.' &&
+            if (is_pack_file(de->d_name) && de->d_name[0] != '.' &&
                 k3_path_join(p, sizeof p, out, de->d_name, NULL) == K3_OK)
                 unlink(p);
         if (dh) closedir(dh);

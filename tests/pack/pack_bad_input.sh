@@ -141,7 +141,7 @@ expect_exit 2 "$K3_BIN/k3pack" "$T/ck" -o "$T/foreign2"
 expect_err "not a k3pack output"
 # a second k3pack on the same output is refused while the first holds the lock
 mkdir "$T/locked"
-flock "$T/locked/.k3pack.lock" sleep 3 &
+flock "$T/locked" sleep 3 &
 sleep 0.5
 expect_exit 3 "$K3_BIN/k3pack" "$T/ck" -o "$T/locked"
 expect_err "locked"

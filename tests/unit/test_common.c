@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "k3_checked.h"
@@ -312,10 +313,18 @@ static void test_hash_files(void)
         CHECK_MSG(access(p, F_OK) == 0, "'%s' was removed", keep[i]);
     }
     CHECK(k3_is_tmp_name(".trunk-head.k3s.k3tmp-4242") && !k3_is_tmp_name(".notes.k3tmp-backup"));
+    /* the lock: exclusive, released with its descriptor, and no lock file is made */
+    char lk[2200];
+    snprintf(lk, sizeof lk, "%s/lockdir", sub);
+    REQUIRE(mkdir(lk, 0755) == 0);
     int fd1, fd2;
-    REQUIRE(k3_lock_dir(sub, ".lock", &fd1, &d) == K3_OK);
-    CHECK(k3_lock_dir(sub, ".lock", &fd2, &d) == K3_ERR_LOCKED);
+    REQUIRE(k3_lock_dir(lk, &fd1, &d) == K3_OK);
+    CHECK(k3_lock_dir(lk, &fd2, &d) == K3_ERR_LOCKED);
+    CHECK(strstr(d.msg, "is locked") != NULL);
     close(fd1);
+    REQUIRE(k3_lock_dir(lk, &fd2, &d) == K3_OK);
+    close(fd2);
+    CHECK(rmdir(lk) == 0);                      /* still empty */
     snprintf(p, sizeof p, "%s/missing", sub);
     CHECK(k3_read_file(p, 100, &data, &len, &d) == K3_ERR_NOT_FOUND);
     snprintf(p, sizeof p, "rm -rf '%s'", sub);
