@@ -127,7 +127,7 @@ static int take_over(pk_writer *w, uint32_t s, const k3_h128 *want)
     const pk_shard *sh = &w->p->shards[s];
     char path[4096];
     if (k3_path_join(path, sizeof path, w->out_dir, sh->name, NULL)) return 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = k3_open_read(path);            /* never blocks on a FIFO planted under a shard's name */
     if (fd < 0) return 0;
     int ok = 0;
     uint8_t *img = NULL, *disk = NULL;
@@ -330,7 +330,8 @@ k3_err pk_finish_pack(pk_writer *w, const char *const *tok_names, char *const *t
     free(text);
     if (!e) {
         char jp[4096];
-        if (k3_path_join(jp, sizeof jp, w->out_dir, PK_JOURNAL, NULL) == K3_OK) unlink(jp);
+        if (k3_path_join(jp, sizeof jp, w->out_dir, PK_JOURNAL, NULL) == K3_OK && unlink(jp) == 0)
+            e = k3_fsync_dir(w->out_dir, d);     /* a finished pack must not come back with its journal */
     }
 out:
     for (uint32_t i = 0; i < m.n_tensors; i++) free(m.tensors[i].name);

@@ -59,7 +59,7 @@ k3_err pk_pack_from_checkpoint(pk_writer *w, const k3_st_ckpt *ck, int threads, 
     k3_err e = K3_OK;
     for (size_t i = 0; i < ck->n_files; i++) fds[i] = -1;
     for (size_t i = 0; i < ck->n_files && !e; i++) {
-        fds[i] = open(ck->files[i].path, O_RDONLY | O_CLOEXEC);
+        fds[i] = k3_open_read(ck->files[i].path);
         if (fds[i] < 0) e = k3_fail(d, K3_ERR_IO, "cannot open '%s': %s", ck->files[i].path, strerror(errno));
     }
     if (threads < 1) threads = 1;

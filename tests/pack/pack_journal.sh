@@ -47,4 +47,10 @@ cp "$T/ref/trunk-layer-008.k3s" "$T/stale/trunk-layer-099.k3s"
 "$K3_BIN/k3pack" -q "$T/ck" -o "$T/stale"
 diff -r "$T/ref" "$T/stale" >/dev/null || fail "a shard file outside the plan was left in the finished pack"
 "$K3_BIN/k3verify" -q "$T/stale" || fail "k3verify fails the finished pack"
+# a FIFO under the name of a journalled shard: resuming must not hang on it
+unfinish "$T/fifo" trunk-layer-002.k3s:good
+rm "$T/fifo/trunk-layer-002.k3s"
+mkfifo "$T/fifo/trunk-layer-002.k3s"
+timeout 20 "$K3_BIN/k3pack" -q "$T/ck" -o "$T/fifo" || fail "resume with a FIFO in place of a shard (exit $?; 124 = hung)"
+diff -r "$T/ref" "$T/fifo" >/dev/null || fail "pack differs after replacing a FIFO shard"
 echo "pack_journal: OK"
