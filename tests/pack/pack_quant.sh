@@ -5,6 +5,16 @@
 # The experts are replaced by Gaussian BF16 values first, so every rounding
 # case (ties, saturation, tiny blocks) occurs and the reported error is real.
 . "$(dirname "$0")/lib.sh"
+# The generator's BF16 experts are the dequantized values of the same seed's
+# MXFP4 codes, chosen so the OCP rule gives the codes back: quantizing them
+# must reproduce the MXFP4 checkpoint's pack shard for shard, byte for byte.
+make_ckpt tiny "$T/twin-mx"
+make_ckpt tiny "$T/twin-bf" --expert-dtype bf16
+"$K3_BIN/k3pack" -q "$T/twin-mx" -o "$T/twin-mx.p"
+"$K3_BIN/k3pack" -q "$T/twin-bf" -o "$T/twin-bf.p" --experts mxfp4
+for f in "$T/twin-mx.p"/*.k3s; do
+    cmp -s "$f" "$T/twin-bf.p/$(basename "$f")" || fail "$(basename "$f"): quantized BF16 twin differs from the MXFP4 pack"
+done
 make_ckpt tiny "$T/ck" --expert-dtype bf16
 $PY - "$T/ck" <<'PYEOF'
 import os, sys
