@@ -121,6 +121,12 @@ int k3_opt_count(const k3_args *a, int id)
     return k < 0 ? 0 : a->vals[k].count;
 }
 
+int k3_opt_from_env(const k3_args *a, int id)
+{
+    int k = index_of(a, id);
+    return k >= 0 && a->vals[k].from_env;
+}
+
 int k3_parse_size(const char *s, int allow_suffix, uint64_t *out)
 {
     if (!s || *s < '0' || *s > '9') return -1;

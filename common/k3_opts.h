@@ -58,6 +58,8 @@ k3_err k3_opts_parse(const k3_opt *opts, int n_opts, int argc, char **argv,
 /* Value of option id (NULL if not given and no env), and whether it was set. */
 const char *k3_opt_str(const k3_args *a, int id);
 int k3_opt_count(const k3_args *a, int id);
+/* 1 if option id's value came from its environment variable, not argv. */
+int k3_opt_from_env(const k3_args *a, int id);
 
 /*
  * Unsigned integer value of option id, or def when absent. Accepts size

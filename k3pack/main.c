@@ -102,6 +102,10 @@ int main(int argc, char **argv)
     else if (mode_s && strcmp(mode_s, "auto")) return k3_usage_error("'--experts' takes auto, mxfp4 or bf16");
     uint64_t threads;
     if (k3_opt_u64(&a, O_THREADS, 1, 0, &threads, &d)) return k3_usage_error("%s", d.msg);
+    if ((threads < 1 || threads > 256) && k3_opt_from_env(&a, O_THREADS)) {
+        k3_warn("ignoring environment variable K3_THREADS=%llu: not between 1 and 256", (unsigned long long)threads);
+        threads = 1;
+    }
     if (threads < 1 || threads > 256) return k3_usage_error("'--threads' must be between 1 and 256");
     const char *src = a.pos[0];
     double t0 = k3_now();

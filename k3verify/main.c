@@ -84,6 +84,10 @@ int main(int argc, char **argv)
     po.buf_size = 16u << 20;
     uint64_t threads;
     if (k3_opt_u64(&a, OPT_THREADS, 1, 0, &threads, &d)) return k3_usage_error("%s", d.msg);
+    if ((threads < 1 || threads > 1024) && k3_opt_from_env(&a, OPT_THREADS)) {
+        k3_warn("ignoring environment variable K3_THREADS=%llu: not between 1 and 1024", (unsigned long long)threads);
+        threads = 1;
+    }
     if (threads < 1 || threads > 1024) return k3_usage_error("option '--threads': N must be between 1 and 1024");
     po.threads = (int)threads;
     const char *subset = k3_opt_str(&a, OPT_SUBSET);

@@ -119,6 +119,10 @@ expect_exit 2 "$K3_BIN/k3pack" --bogus
 expect_exit 0 "$K3_BIN/k3pack" --help
 grep -q "^Usage: k3pack" "$T/out" || fail "--help not on stdout"
 expect_exit 0 "$K3_BIN/k3pack" --version
+# a bad environment value is warned about and ignored; the same value as a flag is an error
+K3_THREADS=0 "$K3_BIN/k3pack" --dry-run "$T/ck" > /dev/null 2>"$T/err" || fail "K3_THREADS=0 in the environment is fatal"
+expect_err "ignoring environment variable K3_THREADS=0"
+expect_exit 2 "$K3_BIN/k3pack" --dry-run -t 0 "$T/ck"
 
 # the output directory: a finished pack is kept unless --force, foreign files are never touched
 "$K3_BIN/k3pack" -q "$T/ck" -o "$T/good"
