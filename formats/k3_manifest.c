@@ -211,6 +211,16 @@ static k3_err get_array(jctx *c, json_t *root, const char *key, json_t **out, ui
     return K3_OK;
 }
 
+/* size must be what shape x encoding takes (docs/FORMAT.md 2.2) */
+static k3_err check_size(jctx *c, const char *where, int enc, int ndim, const uint64_t *shape, uint64_t size)
+{
+    uint64_t want;
+    k3_diag d2;
+    if (k3_enc_size(enc, ndim, shape, &want, &d2) || want != size)
+        return JBAD(c, "%s.size: %llu bytes do not match its shape and encoding", where, (unsigned long long)size);
+    return K3_OK;
+}
+
 static int shard_ref(const k3_manifest *m, json_t *o, uint32_t *out)
 {
     json_t *v = json_object_get(o, "shard");
@@ -231,7 +241,8 @@ int k3_manifest_shard_index(const k3_manifest *m, const char *name)
 /* shard and file names are plain names: no '/', not "." or "..", no leading '.' */
 static int plain_name(const char *s)
 {
-    return s[0] && s[0] != '.' && !strchr(s, '/');
+    size_t n = strlen(s);                       /* control bytes are legal; every printer escapes them */
+    return n > 0 && n <= 255 && s[0] != '.' && !strchr(s, '/');
 }
 
 k3_err k3_manifest_parse(const char *text, size_t len, const char *path, k3_manifest *m, k3_diag *d)
@@ -354,7 +365,8 @@ k3_err k3_manifest_parse(const char *text, size_t len, const char *path, k3_mani
         if ((e = get_str(&c, o, "name", where, &t->name)) || (e = get_enc(&c, o, where, &t->encoding)) ||
             (e = get_shape(&c, o, where, &t->ndim, t->shape)) || (e = get_u64(&c, o, "offset", where, &t->offset)) ||
             (e = get_u64(&c, o, "size", where, &t->size)) ||
-            (e = get_hex64(&c, json_object_get(o, "xxh3_64"), where, &t->hash))) goto out;
+            (e = get_hex64(&c, json_object_get(o, "xxh3_64"), where, &t->hash)) ||
+            (e = check_size(&c, where, t->encoding, t->ndim, t->shape, t->size))) goto out;
         if (shard_ref(m, o, &t->shard) || m->shards[t->shard].kind != K3_SHARD_TRUNK) {
             e = JBAD(&c, "%s.shard: not a trunk shard listed in 'shards'", where);
             goto out;
@@ -393,7 +405,8 @@ k3_err k3_manifest_parse(const char *text, size_t len, const char *path, k3_mani
             if (!json_is_object(po)) { e = JBAD(&c, "%s: expected an object", pw); goto out; }
             if ((e = get_str(&c, po, "name", pw, &pt->name)) || (e = get_enc(&c, po, pw, &pt->encoding)) ||
                 (e = get_shape(&c, po, pw, &pt->ndim, pt->shape)) || (e = get_u64(&c, po, "offset", pw, &pt->offset)) ||
-                (e = get_u64(&c, po, "size", pw, &pt->size))) goto out;
+                (e = get_u64(&c, po, "size", pw, &pt->size)) ||
+                (e = check_size(&c, pw, pt->encoding, pt->ndim, pt->shape, pt->size))) goto out;
         }
         json_t *hs = json_object_get(o, "xxh3_64");
         if (!json_is_array(hs) || json_array_size(hs) != x->count) {

@@ -236,13 +236,16 @@ k3_err k3_shard_decode(const uint8_t *b, size_t len, uint64_t actual_size, const
         return k3_fail(d, K3_ERR_FORMAT, "'%s': data_offset %llu is past the end of the file", path,
                        (unsigned long long)h->data_offset);
     if (len < h->data_offset) return k3_fail(d, K3_ERR_INTERNAL, "'%s': header image too short", path);
-    {   /* header hash over [0, data_offset) with the hash field zeroed */
-        uint8_t save[8];
-        memcpy(save, b + 120, 8);
-        uint8_t *w = (uint8_t *)b;   /* caller's buffer; restored below */
-        memset(w + 120, 0, 8);
-        uint64_t hh = k3_xxh3_64(b, (size_t)h->data_offset);
-        memcpy(w + 120, save, 8);
+    {   /* header hash over [0, data_offset) with the hash field read as zero
+           (streamed in three pieces: the caller's buffer is never written) */
+        static const uint8_t zero8[8];
+        k3_hasher64 *hs = k3_hasher64_new();
+        if (!hs) return k3_fail(d, K3_ERR_NOMEM, "out of memory");
+        k3_hasher64_update(hs, b, 120);
+        k3_hasher64_update(hs, zero8, 8);
+        k3_hasher64_update(hs, b + 128, (size_t)h->data_offset - 128);
+        uint64_t hh = k3_hasher64_digest(hs);
+        k3_hasher64_free(hs);
         if (hh != h->header_hash)
             return k3_fail(d, K3_ERR_CORRUPT, "'%s': header hash mismatch (header damaged)", path);
     }

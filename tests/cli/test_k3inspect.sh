@@ -82,8 +82,9 @@ mkdir -p "$T/fifo2" && cp "$T/good.safetensors" "$T/fifo2/model.safetensors" && 
 rc=0; timeout 20 "$K3INSPECT" "$T/fifo2" >"$T/out" 2>"$T/err" || rc=$?
 expect_rc 1 "FIFO config.json"; err_has "is not a regular file" "FIFO config.json"
 
-# a hostile pack manifest (no shards on disk): names with escape sequences, a 4-D part
-# shape of 19-digit dims; --shards must escape every name and print the whole shape
+# a hostile pack manifest (no shards on disk): names with escape sequences; --shards must
+# escape every name. A 4-D part shape of 19-digit dims (once a stack overflow in the shard
+# table) is now refused by the manifest reader itself: its size cannot match shape x encoding.
 mkdir -p "$T/hpack" || exit 1
 "$PYTHON" - "$T/hpack/manifest.json" <<'EOF' || exit 1
 import json, sys
@@ -94,18 +95,23 @@ m = {"format": "k3-pack", "format_version": 1, "byte_order": "little", "generato
      "experts": {"encoding": "MXFP4", "source": "checkpoint", "layout": "w1,w3,w2;packed,scale", "quantization": None},
      "shards": [{"name": sh, "kind": "experts", "layer": 1, "size": 8192, "header_hash": "0" * 16, "xxh3_128": "0" * 32}],
      "expert_layers": [{"layer": 1, "shard": sh, "count": 1, "offset": 4096, "stride": 4096, "record_size": 64,
-                        "parts": [{"name": "w1\u001b]0;x\u0007", "encoding": "MXFP4", "shape": [big] * 4,
+                        "parts": [{"name": "w1\u001b]0;x\u0007", "encoding": "MXFP4", "shape": [2, 64],
                                    "offset": 0, "size": 64}], "xxh3_64": ["0" * 16]}]}
 json.dump(m, open(sys.argv[1], "w"))
+m["expert_layers"][0]["parts"][0]["shape"] = [big] * 4
+json.dump(m, open(sys.argv[1] + ".big", "w"))
 EOF
 run --no-config --shards "$T/hpack"
 expect_rc 0 "hostile pack --shards"
-out_has "[4611686018427387904, 4611686018427387904, 4611686018427387904, 4611686018427387904]" "hostile pack shape"
+out_has "[2, 64]" "hostile pack shape"
 out_has 'experts-layer-001\x1b[2J.k3s' "hostile pack shard name"; out_has 'w1\x1b]0;x\x07' "hostile pack part name"
 out_has "prefix 'p\x1b[31m.'" "hostile pack prefix"
 grep -q "$(printf '\033')" "$T/out" "$T/err" && fail "hostile pack: raw ESC byte in output"
 run --no-config --summary --json "$T/hpack"
 expect_rc 0 "hostile pack --json"; json_ok "hostile pack --json"
+mkdir -p "$T/hpack-big" && mv "$T/hpack/manifest.json.big" "$T/hpack-big/manifest.json" || exit 1
+run --no-config --shards "$T/hpack-big"
+expect_rc 1 "hostile pack, 19-digit shape"; err_has "do not match its shape and encoding" "hostile pack, 19-digit shape"
 
 # --- default view ------------------------------------------------------------------
 run "$T/good.safetensors"

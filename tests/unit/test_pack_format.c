@@ -5,6 +5,7 @@
  */
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -66,6 +67,14 @@ static void test_trunk(void)
 
     k3_shard_header r;
     REQUIRE(k3_shard_decode(img, n, 16384, "x.k3s", &r, &d) == K3_OK);
+    k3_shard_header_free(&r);
+    /* the decoder only reads its input: it works on read-only memory */
+    uint8_t *ro = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    REQUIRE(ro != MAP_FAILED);
+    memcpy(ro, img, n);
+    REQUIRE(mprotect(ro, n, PROT_READ) == 0);
+    REQUIRE(k3_shard_decode(ro, n, 16384, "x.k3s", &r, &d) == K3_OK);
+    munmap(ro, n);
     CHECK_EQ_U64(r.n_entries, 3);
     const k3_shard_entry *e = k3_shard_find(&r, "model.layers.2.conv");
     REQUIRE(e);
@@ -220,6 +229,10 @@ static void manifest_bad(const char *from, const char *to, k3_err want, const ch
     free(t);
 }
 
+#define LONG_NAME "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" \
+                  "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" \
+                  "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa.model"   /* 262 bytes: over NAME_MAX */
+
 static void test_manifest(void)
 {
     k3_manifest m;
@@ -259,6 +272,9 @@ static void test_manifest(void)
     manifest_bad("\"xxh3_64\":\"0000000000000001\"", "\"xxh3_64\":\"zz\"", K3_ERR_FORMAT, "hex digits");
     manifest_bad(",\"0000000000000003\"]", "]", K3_ERR_FORMAT, "expected 2 record hashes");
     manifest_bad("\"shape\":[4,8]", "\"shape\":[1,1,1,1,1]", K3_ERR_FORMAT, "at most 4");
+    manifest_bad("\"shape\":[4,8]", "\"shape\":[4,9]", K3_ERR_FORMAT, "tensors[0].size: 64 bytes do not match");
+    manifest_bad("\"shape\":[2,2]", "\"shape\":[2,3]", K3_ERR_FORMAT, "parts[1].size: 4 bytes do not match");
+    manifest_bad("\"name\":\"tiktoken.model\"", "\"name\":\"" LONG_NAME "\"", K3_ERR_FORMAT, "plain file name");
     manifest_bad("\"layout\":\"w1,w3,w2;packed,scale\"", "\"layout\":\"interleaved\"", K3_ERR_FORMAT, "record layout");
     manifest_bad("{\"format\"", "[{\"format\"", K3_ERR_FORMAT, "invalid JSON");
     /* 2^32 + 1 was read as layer 1 (truncated to 32 bits) */
