@@ -224,47 +224,54 @@ static void hash_shard(pack_ctx *c, uint32_t si, int fd, const k3_shard_header *
 
 /* ------------------------------------------------------------------ one shard, one file */
 
+/* Open NAME in the pack and check it is a regular file of the manifest's size;
+   on any problem, report it in it and return -1. */
+static int open_sized(pack_ctx *c, const char *name, uint64_t want, k3v_item *it)
+{
+    char path[4096];
+    k3_diag d;
+    if (k3_path_join(path, sizeof path, c->dir, name, &d)) {
+        k3v_add(it, K3V_IO, "%s", d.msg);
+        return -1;
+    }
+    int fd = k3_open_read(path);
+    if (fd < 0) {
+        if (errno == ENOENT) k3v_add(it, K3V_MISSING, "missing");
+        else k3v_add(it, K3V_IO, "cannot open: %s", strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        k3v_add(it, K3V_TYPE, "not a regular file");
+    } else if ((uint64_t)st.st_size != want) {
+        k3v_add(it, K3V_SIZE, "size %llu, expected %llu: %s", (unsigned long long)st.st_size, (unsigned long long)want,
+                (uint64_t)st.st_size < want ? "truncated" : "extended");
+    } else {
+        return fd;
+    }
+    close(fd);
+    return -1;
+}
+
 /* Check shard si; listing_only: exists, is a regular file of the manifest's size (a
    shard outside the --subset), nothing is read. */
 static void check_shard(pack_ctx *c, uint32_t si, int listing_only, k3v_item *it)
 {
     const k3_mf_shard *s = &c->m.shards[si];
     k3v_item_init(it, "shard", s->name);
-    char path[4096];
-    k3_diag d;
-    if (k3_path_join(path, sizeof path, c->dir, s->name, &d)) {
-        k3v_add(it, K3V_IO, "%s", d.msg);
-        return;
-    }
-    int fd = k3_open_read(path);
-    if (fd < 0) {
-        if (errno == ENOENT) k3v_add(it, K3V_MISSING, "missing");
-        else k3v_add(it, K3V_IO, "cannot open: %s", strerror(errno));
-        return;
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        k3v_add(it, K3V_TYPE, "not a regular file");
-        close(fd);
-        return;
-    }
-    uint64_t size = (uint64_t)st.st_size;
-    if (size != s->size) {
-        k3v_add(it, K3V_SIZE, "size %llu, expected %llu: %s", (unsigned long long)size, (unsigned long long)s->size,
-                size < s->size ? "truncated" : "extended");
-        close(fd);
-        return;
-    }
+    int fd = open_sized(c, s->name, s->size, it);
+    if (fd < 0) return;
     if (listing_only) {
         close(fd);
         return;
     }
+    k3_diag d;
     k3_shard_header h;
     k3_err e = k3_shard_read_header(fd, s->name, &h, &d);
     if (e == K3_ERR_IO || e == K3_ERR_NOMEM) k3v_add(it, K3V_IO, "cannot read the header: %s", d.msg);
     else if (e) k3v_add(it, K3V_HEADER, "header: %s", strip_subject(d.msg, s->name));
     else k3v_compare_header(c, si, &h, it);
-    if (!c->o->quick && e != K3_ERR_IO) hash_shard(c, si, fd, e ? NULL : &h, size, it);
+    if (!c->o->quick && e != K3_ERR_IO) hash_shard(c, si, fd, e ? NULL : &h, s->size, it);
     if (!e) k3_shard_header_free(&h);
     posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
     close(fd);
@@ -273,25 +280,10 @@ static void check_shard(pack_ctx *c, uint32_t si, int listing_only, k3v_item *it
 static void check_file(pack_ctx *c, const k3_mf_file *f, k3v_item *it)
 {
     k3v_item_init(it, "file", f->name);
-    char path[4096];
-    k3_diag d;
-    if (k3_path_join(path, sizeof path, c->dir, f->name, &d)) {
-        k3v_add(it, K3V_IO, "%s", d.msg);
-        return;
-    }
-    int fd = k3_open_read(path);
-    if (fd < 0) {
-        if (errno == ENOENT) k3v_add(it, K3V_MISSING, "missing");
-        else k3v_add(it, K3V_IO, "cannot open: %s", strerror(errno));
-        return;
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        k3v_add(it, K3V_TYPE, "not a regular file");
-    } else if ((uint64_t)st.st_size != f->size) {
-        k3v_add(it, K3V_SIZE, "size %llu, expected %llu: %s", (unsigned long long)st.st_size,
-                (unsigned long long)f->size, (uint64_t)st.st_size < f->size ? "truncated" : "extended");
-    } else if (!c->o->quick) {
+    int fd = open_sized(c, f->name, f->size, it);
+    if (fd < 0) return;
+    if (!c->o->quick) {
+        k3_diag d;
         size_t cap = 1u << 20;
         uint8_t *buf = k3v_xalloc(cap);             /* [cap] read buffer */
         k3_hasher *hs = k3_hasher_new();
