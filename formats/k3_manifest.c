@@ -146,6 +146,58 @@ k3_err k3_manifest_dump(const k3_manifest *m, char **text, size_t *len, k3_diag 
     return K3_OK;
 }
 
+k3_err k3_manifest_describe_shard(k3_manifest *m, uint32_t s, const k3_shard_header *h,
+                                  const uint64_t *entry_hashes, uint64_t *record_hashes, k3_diag *d)
+{
+    if (h->kind == K3_SHARD_TRUNK) {
+        k3_mf_tensor *nt = realloc(m->tensors, (m->n_tensors + h->n_entries + 1) * sizeof *nt);
+        if (!nt) return k3_fail(d, K3_ERR_NOMEM, "out of memory");
+        m->tensors = nt;
+        for (uint32_t i = 0; i < h->n_entries; i++) {
+            const k3_shard_entry *en = &h->entries[i];
+            k3_mf_tensor *t = &m->tensors[m->n_tensors];
+            memset(t, 0, sizeof *t);
+            if (!(t->name = strndup(en->name, en->name_len))) return k3_fail(d, K3_ERR_NOMEM, "out of memory");
+            m->n_tensors++;
+            t->encoding = en->encoding;
+            t->ndim = en->ndim;
+            memcpy(t->shape, en->shape, sizeof t->shape);
+            t->shard = s;
+            t->offset = en->offset;
+            t->size = en->size;
+            t->hash = entry_hashes[i];
+        }
+        return K3_OK;
+    }
+    if (h->n_entries > K3_MAX_RECORD_PARTS)          /* the manifest's part table is fixed */
+        return k3_fail(d, K3_ERR_INTERNAL, "shard %u: %u record parts, more than %d", s, h->n_entries,
+                       K3_MAX_RECORD_PARTS);
+    k3_mf_experts *nx = realloc(m->expert_layers, (m->n_expert_layers + 1) * sizeof *nx);
+    if (!nx) return k3_fail(d, K3_ERR_NOMEM, "out of memory");
+    m->expert_layers = nx;
+    k3_mf_experts *x = &m->expert_layers[m->n_expert_layers++];
+    memset(x, 0, sizeof *x);
+    x->layer = h->layer;
+    x->shard = s;
+    x->count = h->n_records;
+    x->offset = h->data_offset;
+    x->stride = h->record_stride;
+    x->record_size = h->record_size;
+    x->n_parts = h->n_entries;
+    x->hashes = record_hashes;
+    for (uint32_t i = 0; i < h->n_entries; i++) {
+        const k3_shard_entry *en = &h->entries[i];
+        k3_mf_part *pt = &x->parts[i];
+        if (!(pt->name = strndup(en->name, en->name_len))) return k3_fail(d, K3_ERR_NOMEM, "out of memory");
+        pt->encoding = en->encoding;
+        pt->ndim = en->ndim;
+        memcpy(pt->shape, en->shape, sizeof pt->shape);
+        pt->offset = en->offset;
+        pt->size = en->size;
+    }
+    return K3_OK;
+}
+
 /* ------------------------------------------------------------------ reader */
 
 typedef struct jctx {

@@ -79,6 +79,14 @@ typedef struct k3_manifest {
     k3_mf_skipped *skipped;
 } k3_manifest;
 
+/*
+ * Writers: describe shard s (already in m->shards[s]) from its header, appending
+ * its trunk tensors (with entry_hashes[i], XXH3-64 of entry i) or its expert
+ * layer (taking the pointer record_hashes[n_records]; k3_manifest_free frees it).
+ */
+k3_err k3_manifest_describe_shard(k3_manifest *m, uint32_t s, const k3_shard_header *h,
+                                  const uint64_t *entry_hashes, uint64_t *record_hashes, k3_diag *d);
+
 /* Serialise to JSON text (malloc'd, NUL-terminated, ends with a newline). */
 k3_err k3_manifest_dump(const k3_manifest *m, char **text, size_t *len, k3_diag *d);
 

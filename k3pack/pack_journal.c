@@ -247,13 +247,7 @@ k3_err pk_finish_pack(pk_writer *w, const char *const *tok_names, char *const *t
     m.files = calloc((size_t)n_tok + 1, sizeof *m.files);
     m.n_shards = p->n_shards;
     m.shards = calloc(p->n_shards, sizeof *m.shards);
-    size_t n_tensors = 0, n_xl = 0;
-    for (uint32_t s = 0; s < p->n_shards; s++) {
-        if (p->shards[s].h.kind == K3_SHARD_TRUNK) n_tensors += p->shards[s].h.n_entries;
-        else n_xl++;
-    }
-    m.tensors = calloc(n_tensors + 1, sizeof *m.tensors);
-    m.expert_layers = calloc(n_xl + 1, sizeof *m.expert_layers);
+    /* m.tensors and m.expert_layers grow in k3_manifest_describe_shard */
     m.skipped = calloc(n_skipped + 1, sizeof *m.skipped);
     /* skipped names sorted: the order the source met them in depends on its file
        layout (and an archive's entry order), the manifest must not */
@@ -262,7 +256,7 @@ k3_err pk_finish_pack(pk_writer *w, const char *const *tok_names, char *const *t
         memcpy(sk_sorted, skipped, n_skipped * sizeof *sk_sorted);
         qsort(sk_sorted, n_skipped, sizeof *sk_sorted, cmp_name);
     }
-    if (!m.files || !m.shards || !m.tensors || !m.expert_layers || !m.skipped || !sk_sorted) {
+    if (!m.files || !m.shards || !m.skipped || !sk_sorted) {
         e = k3_fail(d, K3_ERR_NOMEM, "out of memory");
         goto out;
     }
@@ -281,41 +275,7 @@ k3_err pk_finish_pack(pk_writer *w, const char *const *tok_names, char *const *t
         if ((e = k3_shard_encode((k3_shard_header *)h, &img, &len, d))) goto out;
         free(img);
         m.shards[s].header_hash = h->header_hash;
-        if (h->kind == K3_SHARD_TRUNK) {
-            for (uint32_t i = 0; i < h->n_entries; i++) {
-                k3_mf_tensor *t = &m.tensors[m.n_tensors++];
-                const k3_shard_entry *en = &h->entries[i];
-                if (!(t->name = strndup(en->name, en->name_len))) { e = k3_fail(d, K3_ERR_NOMEM, "out of memory"); goto out; }
-                t->encoding = en->encoding;
-                t->ndim = en->ndim;
-                memcpy(t->shape, en->shape, sizeof t->shape);
-                t->shard = s;
-                t->offset = en->offset;
-                t->size = en->size;
-                t->hash = w->hashes[s].entry[i];
-            }
-        } else {
-            if (h->n_entries > K3_MAX_RECORD_PARTS) {       /* the manifest's part table is fixed */
-                e = k3_fail(d, K3_ERR_INTERNAL, "'%s': %u record parts, more than %d", sh->name, h->n_entries,
-                            K3_MAX_RECORD_PARTS);
-                goto out;
-            }
-            k3_mf_experts *x = &m.expert_layers[m.n_expert_layers++];
-            x->layer = (uint32_t)sh->layer;
-            x->shard = s;
-            x->count = h->n_records;
-            x->offset = h->data_offset;
-            x->stride = h->record_stride;
-            x->record_size = h->record_size;
-            x->n_parts = h->n_entries;
-            for (uint32_t i = 0; i < h->n_entries && i < K3_MAX_RECORD_PARTS; i++) {
-                const k3_shard_entry *en = &h->entries[i];
-                x->parts[i] = (k3_mf_part){strndup(en->name, en->name_len), en->encoding, en->ndim, {0}, en->offset, en->size};
-                if (!x->parts[i].name) { e = k3_fail(d, K3_ERR_NOMEM, "out of memory"); goto out; }
-                memcpy(x->parts[i].shape, en->shape, sizeof x->parts[i].shape);
-            }
-            x->hashes = w->hashes[s].record;
-        }
+        if ((e = k3_manifest_describe_shard(&m, s, h, w->hashes[s].entry, w->hashes[s].record, d))) goto out;
     }
     for (size_t i = 0; i < n_skipped; i++) {
         m.skipped[i].name = sk_sorted[i];

@@ -119,54 +119,25 @@ static inline k3_err k3tp_emit_shard(const char *dir, k3_manifest *m, uint32_t s
     free(img);
     k3_mf_shard *s = &m->shards[si];
     if (h->kind == K3_SHARD_TRUNK) {
-        m->tensors = realloc(m->tensors, (m->n_tensors + h->n_entries) * sizeof *m->tensors);
+        uint64_t *eh = calloc(h->n_entries + 1, sizeof *eh);      /* [n_entries] tensor hashes */
         for (uint32_t i = 0; i < h->n_entries; i++) {
             const k3_shard_entry *en = &h->entries[i];
             k3tp_fill(buf + en->offset, en->size, seed);
-            k3_mf_tensor *t = &m->tensors[m->n_tensors++];
-            memset(t, 0, sizeof *t);
-            t->name = malloc(en->name_len + 1);
-            memcpy(t->name, en->name, en->name_len);
-            t->name[en->name_len] = '\0';
-            t->encoding = en->encoding;
-            t->ndim = en->ndim;
-            memcpy(t->shape, en->shape, sizeof t->shape);
-            t->shard = si;
-            t->offset = en->offset;
-            t->size = en->size;
-            t->hash = k3_xxh3_64(buf + en->offset, (size_t)en->size);
+            eh[i] = k3_xxh3_64(buf + en->offset, (size_t)en->size);
         }
+        e = k3_manifest_describe_shard(m, si, h, eh, NULL, d);
+        free(eh);
     } else {
-        m->expert_layers = realloc(m->expert_layers, (m->n_expert_layers + 1) * sizeof *m->expert_layers);
-        k3_mf_experts *x = &m->expert_layers[m->n_expert_layers++];
-        memset(x, 0, sizeof *x);
-        x->layer = h->layer;
-        x->shard = si;
-        x->count = h->n_records;
-        x->offset = h->data_offset;
-        x->stride = h->record_stride;
-        x->record_size = h->record_size;
-        x->n_parts = h->n_entries;
-        for (uint32_t p = 0; p < h->n_entries && p < K3_MAX_RECORD_PARTS; p++) {
-            const k3_shard_entry *en = &h->entries[p];
-            k3_mf_part *pt = &x->parts[p];
-            pt->name = malloc(en->name_len + 1);
-            memcpy(pt->name, en->name, en->name_len);
-            pt->name[en->name_len] = '\0';
-            pt->encoding = en->encoding;
-            pt->ndim = en->ndim;
-            memcpy(pt->shape, en->shape, sizeof pt->shape);
-            pt->offset = en->offset;
-            pt->size = en->size;
-        }
-        x->hashes = malloc((x->count + 1) * sizeof *x->hashes);   /* [count] */
+        uint64_t *rh = malloc((h->n_records + 1) * sizeof *rh);  /* [n_records], owned by m */
         for (uint64_t r = 0; r < h->n_records; r++) {
             uint8_t *rec = buf + h->data_offset + r * h->record_stride;
             for (uint32_t p = 0; p < h->n_entries; p++)         /* parts only; gaps stay zero */
                 k3tp_fill(rec + h->entries[p].offset, h->entries[p].size, seed);
-            x->hashes[r] = k3_xxh3_64(rec, (size_t)h->record_size);
+            rh[r] = k3_xxh3_64(rec, (size_t)h->record_size);
         }
+        e = k3_manifest_describe_shard(m, si, h, NULL, rh, d);
     }
+    if (e) { free(buf); return e; }
     s->size = h->file_size;
     s->header_hash = h->header_hash;
     s->hash = k3_xxh3_128(buf, (size_t)h->file_size);
