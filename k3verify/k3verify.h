@@ -91,6 +91,8 @@ typedef struct k3v_report {
     uint32_t damaged;       /* items failed with at least one non-I/O problem */
     uint32_t io_failed;     /* items failed with I/O problems only */
     uint64_t bytes;         /* bytes read and hashed */
+    char manifest_hash[33]; /* XXH3-128 of manifest.json as read, "" if unread: the pack's
+                               identity, to compare with a published value */
     double t_start;
     k3_progress progress;
 } k3v_report;

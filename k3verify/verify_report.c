@@ -274,6 +274,7 @@ void k3v_pack_summary(k3v_report *r, const k3v_pack_opts *o, uint32_t n_sel, uin
         k3v_json_field_str(r, "mode", o->quick ? "quick" : "full");
         k3v_json_field_str(r, "subset", o->subset_t ? subset : NULL);
         k3v_json_field_str(r, "manifest", r->manifest_failed ? "failed" : "ok");
+        k3v_json_field_str(r, "manifest_xxh3_128", r->manifest_hash[0] ? r->manifest_hash : NULL);
         snprintf(buf, sizeof buf, "{\"total\":%u,\"checked\":%u,\"failed\":%u}", n_shards,
                  r->shards.checked, r->shards.failed);
         k3v_json_field_raw(r, "shards", buf);
@@ -299,6 +300,9 @@ void k3v_pack_summary(k3v_report *r, const k3v_pack_opts *o, uint32_t n_sel, uin
         k3_human_bytes(secs > 0 ? (double)r->bytes / secs : 0, rate, sizeof rate);
         fprintf(stderr, "%s: %u shards and %u files OK, %s read in %.1f s (%s/s)%s\n", k3_log_prog(),
                 r->shards.checked, r->files.checked, b, secs, rate, notes);
+        if (r->manifest_hash[0])
+            fprintf(stderr, "%s: the pack's identity: manifest.json XXH3-128 %s (compare with the published value)\n",
+                    k3_log_prog(), r->manifest_hash);
         return;
     }
     char line[512];

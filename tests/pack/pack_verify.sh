@@ -9,6 +9,19 @@ make_ckpt tiny "$T/ck"
 "$K3_BIN/k3verify" "$T/good" > "$T/ok.txt" || fail "k3verify rejects a fresh pack"
 grep -q "experts-layer-003.k3s: OK" "$T/ok.txt" || fail "no OK line for an expert shard"
 "$K3_BIN/k3verify" --quick "$T/good" > /dev/null || fail "--quick rejects a fresh pack"
+# the pack's identity (manifest.json's own XXH3-128), for comparison with a published value
+"$K3_BIN/k3verify" --json "$T/good" > "$T/ok.json" 2>"$T/ok.err" || fail "--json on a fresh pack"
+$PY - "$T/good/manifest.json" "$T/ok.json" "$T/ok.err" <<'PYEOF'
+import json, sys, xxhash
+want = xxhash.xxh3_128_hexdigest(open(sys.argv[1], "rb").read())
+summary = [json.loads(l) for l in open(sys.argv[2])][-1]
+assert summary["type"] == "summary" and summary["manifest_xxh3_128"] == want, (summary, want)
+PYEOF
+"$K3_BIN/k3verify" -q "$T/good" 2>"$T/id.err" >/dev/null
+[ ! -s "$T/id.err" ] || fail "-q prints the identity line"
+"$K3_BIN/k3verify" "$T/good" 2>"$T/id.err" >/dev/null
+grep -q "manifest.json XXH3-128 $($PY -c "import xxhash,sys; print(xxhash.xxh3_128_hexdigest(open(sys.argv[1],'rb').read()))" "$T/good/manifest.json")" "$T/id.err" \
+    || { cat "$T/id.err"; fail "no identity line"; }
 "$K3_BIN/k3verify" --checkpoint "$T/ck" > /dev/null || fail "--checkpoint rejects the tiny checkpoint"
 
 # offsets from the manifest, so the damage lands where intended
