@@ -424,6 +424,7 @@ int k3v_verify_pack(const char *dir, const k3v_pack_opts *o, k3v_report *r)
         if (e == K3_ERR_IO || e == K3_ERR_NOMEM || e == K3_ERR_NOT_FOUND) k3v_add(&mi, K3V_IO, "%s", d.msg);
         else if (e) k3v_add(&mi, K3V_MANIFEST, "%s", strip_subject(d.msg, mpath));
         else have_m = 1;
+        if (have_m) k3v_check_complete(&c.m, &mi);
         char *text;
         size_t len;
         if (have_m && k3_read_file(mpath, K3_MANIFEST_MAX, &text, &len, NULL) == K3_OK) {

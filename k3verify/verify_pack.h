@@ -26,4 +26,8 @@ typedef struct pack_ctx {
    every tensor or record part)? Adds a K3V_MISMATCH problem per difference. */
 void k3v_compare_header(pack_ctx *c, uint32_t si, const k3_shard_header *h, k3v_item *it);
 
+/* Is the pack complete for the model m's config describes (verify_complete.c)? Adds the
+   problems to it, the manifest.json item. Reads only the manifest. */
+void k3v_check_complete(const k3_manifest *m, k3v_item *it);
+
 #endif

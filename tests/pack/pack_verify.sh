@@ -2,7 +2,8 @@
 # k3verify on a real pack made by k3pack from the tiny checkpoint: OK as made;
 # then one damage at a time (a flipped bit in an expert record, in a trunk
 # tensor, in a shard header, in manifest.json; a truncated shard; a deleted
-# shard; an unlisted extra file): each gives exit 1 and names what is damaged.
+# shard; an unlisted extra file; a shard removed with its manifest entries, so the
+# pack is incomplete for its config): each gives exit 1 and names what is damaged.
 . "$(dirname "$0")/lib.sh"
 make_ckpt tiny "$T/ck"
 "$K3_BIN/k3pack" -q "$T/ck" -o "$T/good"
@@ -87,6 +88,48 @@ damaged extra
 echo hi > "$D/stray.bin"
 expect_exit 1 "$K3_BIN/k3verify" "$D"
 grep -q "stray.bin: FAILED (not listed in the manifest" "$T/out" || { cat "$T/out"; fail "unlisted file not named"; }
+
+# incomplete for the model its config describes: a shard removed together with its
+# manifest entries (the bytes left all match) is still found
+drop() {   # drop SHARD : remove SHARD and every manifest entry that names it
+    rm "$D/$1"
+    $PY - "$D/manifest.json" "$1" <<'PYEOF'
+import json, sys
+p, shard = sys.argv[1], sys.argv[2]
+m = json.load(open(p))
+m["shards"] = [s for s in m["shards"] if s["name"] != shard]
+m["tensors"] = [t for t in m["tensors"] if t["shard"] != shard]
+m["expert_layers"] = [x for x in m["expert_layers"] if x["shard"] != shard]
+json.dump(m, open(p, "w"), indent=1)
+PYEOF
+}
+damaged incomplete-trunk
+drop trunk-layer-005.k3s
+expect_exit 1 "$K3_BIN/k3verify" "$D"
+grep -q "manifest.json: FAILED (tensor 'model.layers.5.input_layernorm.weight' the config needs is not in the pack" \
+    "$T/out" || { cat "$T/out"; fail "a missing trunk layer not named"; }
+expect_exit 1 "$K3_BIN/k3verify" --quick "$D"
+grep -q "manifest.json: FAILED (tensor 'model.layers.5." "$T/out" || { cat "$T/out"; fail "--quick misses a missing layer"; }
+damaged incomplete-experts
+drop experts-layer-004.k3s
+expect_exit 1 "$K3_BIN/k3verify" "$D"
+grep -q "manifest.json: FAILED (the experts of layer 4 the config needs are not in the pack)" "$T/out" \
+    || { cat "$T/out"; fail "a missing expert layer not named"; }
+grep -q "experts-layer-003.k3s: OK" "$T/out" || { cat "$T/out"; fail "other expert shards not OK"; }
+# an expert layer whose records do not all exist: fewer records, consistently
+damaged fewer-experts
+$PY - "$D/manifest.json" <<'PYEOF'
+import json, sys
+p = sys.argv[1]
+m = json.load(open(p))
+x = [x for x in m["expert_layers"] if x["layer"] == 2][0]
+x["count"] -= 1
+x["xxh3_64"] = x["xxh3_64"][:-1]
+json.dump(m, open(p, "w"), indent=1)
+PYEOF
+expect_exit 1 "$K3_BIN/k3verify" --quick "$D"
+grep -q "layer 2 has 31 experts in the pack, the config needs 32" "$T/out" \
+    || { cat "$T/out"; fail "a short expert layer not named"; }
 
 # an unfinished pack (no manifest) is not mistaken for a pack
 damaged unfinished

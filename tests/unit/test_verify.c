@@ -109,7 +109,7 @@ static void test_padding(void)
     REQUIRE(x->stride > x->record_size);
     uint64_t off = x->offset + 2 * x->stride + x->record_size + 5;
     flip(dir, "experts-layer-002.k3s", off, 1);
-    const k3_mf_tensor *t = tensor(&m, "model.layers.0.post_attention_layernorm.weight");   /* F32 [64]: 256 B */
+    const k3_mf_tensor *t = tensor(&m, "model.layers.0.post_attention_layernorm.weight");   /* BF16 [64]: 128 B of 4096 */
     uint64_t toff = t->offset + t->size + 100;
     flip(dir, "trunk-layer-000.k3s", toff, 0);
     CHECK_EXIT(run_dir("", dir), 1);
@@ -196,6 +196,78 @@ static void test_manifest(void)
     CHECK_OUT("manifest.json: FAILED (missing: an unfinished pack");
     CHECK_OUT(".k3pack.lock: FAILED (unfinished k3pack run");
     CHECK_NOT_OUT("trunk-embed.k3s");
+    k3_manifest_free(&m);
+}
+
+/* Rewrite manifest.json with text_config.KEY = v (NULL: removed); hashes stay valid. */
+static void set_config(const char *dir, k3_manifest *m, const char *key, json_t *v)
+{
+    json_t *tc = json_object_get(m->config, "text_config");
+    REQUIRE(tc);
+    if (v) json_object_set_new(tc, key, v);
+    else json_object_del(tc, key);
+    k3_diag d;
+    REQUIRE(k3tp_write_manifest(dir, m, &d) == K3_OK);
+}
+
+/* the pack must be complete for the model its config describes */
+static void test_complete(void)
+{
+    k3_manifest m;
+    const char *dir = fresh("cfg-bad", &m);
+    set_config(dir, &m, "hidden_size", NULL);
+    CHECK_EXIT(run_dir("", dir), 1);
+    CHECK_OUT("manifest.json: FAILED (config: missing field 'text_config.hidden_size')\n");
+    CHECK_OUT("trunk-layer-001.k3s: OK\n");                 /* the bytes are fine */
+    CHECK_EXIT(run_dir("--quick", dir), 1);                  /* cheap: always checked */
+    CHECK_OUT("manifest.json: FAILED (config: missing field 'text_config.hidden_size')\n");
+    set_config(dir, &m, "hidden_size", json_string("64"));
+    CHECK_EXIT(run_dir("", dir), 1);
+    CHECK_OUT("manifest.json: FAILED (config: field 'text_config.hidden_size' is a string");
+    k3_manifest_free(&m);
+
+    /* one layer more than the pack has: its tensors and experts are missing */
+    dir = fresh("cfg-layers", &m);
+    set_config(dir, &m, "num_hidden_layers", json_integer(5));
+    CHECK_EXIT(run_dir("-v", dir), 1);
+    CHECK_OUT("manifest.json: FAILED (tensor 'model.layers.4.input_layernorm.weight' the config needs is not in "
+              "the pack; ");
+    CHECK_OUT("the experts of layer 4 the config needs are not in the pack)\n");
+    CHECK_NOT_OUT("model.layers.3.");
+    CHECK_OUT("trunk-layer-003.k3s: OK\n");
+    CHECK_EXIT(run_dir("--json", dir), 1);
+    CHECK_OUT("\"tensor\":\"model.layers.4.self_attn.q_proj.weight\"");
+    k3_manifest_free(&m);
+
+    /* fewer layers: the pack's layer 3 is not in the model */
+    dir = fresh("cfg-fewer", &m);
+    set_config(dir, &m, "num_hidden_layers", json_integer(3));
+    CHECK_EXIT(run_dir("-v", dir), 1);
+    CHECK_OUT("tensor 'model.layers.3.self_attn.o_proj.weight' is in the pack, but the config's model has no such "
+              "tensor");
+    CHECK_OUT("expert layer 3 is in the pack, but the config's layer 3 is not an MoE layer");
+    k3_manifest_free(&m);
+
+    /* expert count and width */
+    dir = fresh("cfg-experts", &m);
+    set_config(dir, &m, "num_experts", json_integer(16));
+    set_config(dir, &m, "moe_intermediate_size", json_integer(64));
+    CHECK_EXIT(run_dir("-v", dir), 1);
+    CHECK_OUT("layer 1 has 8 experts in the pack, the config needs 16");
+    CHECK_OUT("layer 3: expert part 'w2.weight_scale' is E8M0 [64, 1] in the pack, the config needs E8M0 [64, 2]");
+    CHECK_OUT("tensor 'model.layers.2.block_sparse_moe.gate.weight' has shape [8, 64] in the pack, the config "
+              "needs [16, 64]");
+    k3_manifest_free(&m);
+
+    /* experts not quantized by k3pack: the config's BF16 experts are not MXFP4 parts */
+    dir = fresh("cfg-source", &m);
+    m.experts_quantized = 0;
+    free(m.quant_rule);
+    m.quant_rule = NULL;
+    set_config(dir, &m, "num_experts", json_integer(8));
+    CHECK_EXIT(run_dir("-v", dir), 1);
+    CHECK_OUT("layer 1: expert part 'w1.weight' the config needs is not in the pack's records");
+    CHECK_OUT("layer 1: expert part 'w1.weight_packed' is in the pack, but the config's experts have no such part");
     k3_manifest_free(&m);
 }
 
@@ -429,6 +501,7 @@ int main(int argc, char **argv)
     test_padding();
     test_files();
     test_manifest();
+    test_complete();
     test_disagreement();
     test_subset();
     test_usage();

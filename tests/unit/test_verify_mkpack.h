@@ -5,11 +5,15 @@
  * deterministic pseudo-random bytes, hashes are real, padding is zero, so
  * k3verify must say OK; tests then damage one thing at a time.
  *
- * Layout (k3tp_opts): trunk-embed, trunk-layer-000 .. L-1, trunk-head, and
- * experts-layer-NNN for every layer >= first_moe; tiktoken.model and
- * tokenizer_config.json. Trunk tensors mix BF16 and F32 sizes so that there
- * is padding between tensors; expert records (MXFP4 w1/w3/w2 + E8M0 scales)
- * are smaller than their 4096-byte stride, so there is record tail padding.
+ * The pack is complete for the real config it carries (k3tp_config: K3-style,
+ * MLA with a plain q_proj, no KDA, layer 0 dense, BF16 experts that the pack
+ * holds quantized, experts.source "quantized"), as k3verify checks: the trunk is
+ * laid out from k3_expected_tensors. Layout (k3tp_opts): trunk-embed,
+ * trunk-layer-000 .. L-1, trunk-head, and experts-layer-NNN for every layer >=
+ * first_moe; tiktoken.model and tokenizer_config.json. Most trunk tensors
+ * are smaller than the 4096-byte alignment, so there is padding between them;
+ * expert records (MXFP4 w1/w3/w2 + E8M0 scales) are smaller than their
+ * 4096-byte stride, so there is record tail padding.
  *
  * Header-only (static functions) so any test can include it:
  *     k3tp_opts o = k3tp_small();
@@ -30,11 +34,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "k3_config.h"
 #include "k3_error.h"
 #include "k3_file.h"
 #include "k3_hash.h"
 #include "k3_manifest.h"
 #include "k3_shard.h"
+#include "safetensors.h"
 
 typedef struct k3tp_opts {
     uint32_t layers;      /* trunk layers */
@@ -46,7 +52,7 @@ typedef struct k3tp_opts {
     uint64_t seed;
 } k3tp_opts;
 
-/* A pack of about 100 KiB: 4 layers, experts in layers 1..3, 8 experts each. */
+/* A pack of about 360 KiB: 4 layers, experts in layers 1..3, 8 experts each. */
 static inline k3tp_opts k3tp_small(void)
 {
     k3tp_opts o = {4, 1, 8, 64, 32, 48, 1};
@@ -89,6 +95,27 @@ static inline k3_err k3tp_write_file(const char *dir, const char *name, const vo
     e = k3_write_full(fd, buf, n, path, d);
     close(fd);
     return e;
+}
+
+/*
+ * A real K3-style config (nested text_config, MLA attention with a plain q_proj,
+ * no KDA) for o: layer 0 dense, MoE from layer first_moe with BF16 experts of
+ * width inter at hidden (the pack quantizes them: experts.source "quantized").
+ */
+static inline json_t *k3tp_config(const k3tp_opts *o)
+{
+    json_t *tc = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:i, s:I, s:i, s:i, s:i, s:n, s:i, s:i, s:i, "
+                           "s:i, s:b, s:f, s:s, s:b}",
+                           "model_type", "kimi_linear", "vocab_size", (json_int_t)o->vocab, "hidden_size",
+                           (json_int_t)o->hidden, "num_hidden_layers", (json_int_t)o->layers, "intermediate_size",
+                           (json_int_t)(2 * o->hidden), "moe_intermediate_size", (json_int_t)o->inter, "num_experts",
+                           (json_int_t)o->experts, "num_experts_per_token", 2, "num_shared_experts", 0,
+                           "first_k_dense_replace", (json_int_t)o->first_moe, "moe_layer_freq", 1,
+                           "num_attention_heads", 2, "num_key_value_heads", 2, "q_lora_rank", "kv_lora_rank", 16,
+                           "qk_nope_head_dim", 8, "qk_rope_head_dim", 4, "v_head_dim", 8, "mla_use_nope", 1,
+                           "rms_norm_eps", 1e-5, "hidden_act", "silu", "tie_word_embeddings", 0);
+    return json_pack("{s:[s], s:s, s:o}", "architectures", "KimiK3ForConditionalGeneration", "model_type", "kimi_k3",
+                     "text_config", tc);
 }
 
 /* Append a shard entry to the manifest's shard list (arrays grown one by one). */
@@ -172,53 +199,47 @@ static inline k3_err k3tp_write(const char *dir, const k3tp_opts *o, k3_manifest
     m.format_version = K3_PACK_VERSION;
     m.generator = k3tp_strdup("test_verify_mkpack");
     m.name_prefix = k3tp_strdup("language_model.");
-    m.config = json_pack("{s:s, s:{s:I, s:I, s:I, s:I}}", "model_type", "synthetic", "text_config", "hidden_size",
-                         (json_int_t)o->hidden, "num_hidden_layers", (json_int_t)o->layers, "num_experts",
-                         (json_int_t)o->experts, "moe_intermediate_size", (json_int_t)o->inter);
+    m.config = k3tp_config(o);
     m.experts_encoding = K3_ENC_MXFP4;
+    m.experts_quantized = 1;                    /* the config's experts are BF16 */
+    m.quant_rule = k3tp_strdup("ocp-floor-rne-sat");
     uint64_t seed = o->seed ? o->seed : 1;
-    uint64_t H = o->hidden, I = o->inter, V = o->vocab;
+    uint64_t H = o->hidden, I = o->inter;
     k3_err e = K3_OK;
     k3_shard_header h;
-    char name[256], tn[256];
+    char name[256];
 
-    uint32_t si = k3tp_add_shard(&m, "trunk-embed.k3s", K3_SHARD_TRUNK, -1);
-    k3_shard_init(&h, K3_SHARD_TRUNK, K3_LAYER_NONE, 0);
-    uint64_t s_embed[2] = {V, H};
-    if (!(e = k3_shard_add(&h, "model.embed_tokens.weight", K3_ENC_BF16, 2, s_embed, d)))
-        e = k3tp_emit_shard(dir, &m, si, &h, &seed, d);
-    for (uint32_t L = 0; !e && L < o->layers; L++) {
-        snprintf(name, sizeof name, "trunk-layer-%03u.k3s", L);
-        si = k3tp_add_shard(&m, name, K3_SHARD_TRUNK, L);
-        k3_shard_init(&h, K3_SHARD_TRUNK, L, 0);
-        uint64_t vec[1] = {H}, sq[2] = {H, H}, gate[2] = {o->experts, H}, bias[1] = {o->experts + 3};
-        snprintf(tn, sizeof tn, "model.layers.%u.input_layernorm.weight", L);
-        e = k3_shard_add(&h, tn, K3_ENC_BF16, 1, vec, d);
-        snprintf(tn, sizeof tn, "model.layers.%u.self_attn.q_proj.weight", L);
-        if (!e) e = k3_shard_add(&h, tn, K3_ENC_BF16, 2, sq, d);
-        snprintf(tn, sizeof tn, "model.layers.%u.self_attn.o_proj.weight", L);
-        if (!e) e = k3_shard_add(&h, tn, K3_ENC_BF16, 2, sq, d);
-        snprintf(tn, sizeof tn, "model.layers.%u.post_attention_layernorm.weight", L);
-        if (!e) e = k3_shard_add(&h, tn, K3_ENC_F32, 1, vec, d);
-        if (L >= o->first_moe) {
-            snprintf(tn, sizeof tn, "model.layers.%u.block_sparse_moe.gate.weight", L);
-            if (!e) e = k3_shard_add(&h, tn, K3_ENC_BF16, 2, gate, d);
-            snprintf(tn, sizeof tn, "model.layers.%u.block_sparse_moe.gate.e_score_correction_bias", L);
-            if (!e) e = k3_shard_add(&h, tn, K3_ENC_F32, 1, bias, d);
+    /* the trunk: every non-expert tensor the config's model has (k3_expected_tensors) */
+    k3_config cfg;
+    k3_xlist xl;
+    memset(&xl, 0, sizeof xl);
+    char *ctext = json_dumps(m.config, JSON_COMPACT);
+    e = ctext ? k3_config_parse(ctext, strlen(ctext), "k3tp config", &cfg, d) : k3_fail(d, K3_ERR_NOMEM, "json_dumps");
+    free(ctext);
+    if (!e) e = k3_expected_tensors(&cfg, &xl, d);
+    /* slot 0 embed, 1 + L layer L, 1 + layers head */
+    for (uint32_t slot = 0; !e && slot < o->layers + 2; slot++) {
+        int64_t layer = slot == 0 || slot == o->layers + 1 ? -1 : (int64_t)slot - 1;
+        if (slot == 0) snprintf(name, sizeof name, "trunk-embed.k3s");
+        else if (layer < 0) snprintf(name, sizeof name, "trunk-head.k3s");
+        else snprintf(name, sizeof name, "trunk-layer-%03u.k3s", (unsigned)layer);
+        uint32_t si = k3tp_add_shard(&m, name, K3_SHARD_TRUNK, layer);
+        k3_shard_init(&h, K3_SHARD_TRUNK, layer < 0 ? K3_LAYER_NONE : (uint32_t)layer, 0);
+        for (size_t k = 0; !e && k < xl.n; k++) {
+            const k3_xtensor *x = &xl.t[k];
+            int embed = !strncmp(x->name, "model.embed_tokens.", 19);
+            if (strstr(x->name, ".block_sparse_moe.experts.") || x->layer != layer ||
+                (layer < 0 && embed != (slot == 0)))
+                continue;
+            e = k3_shard_add(&h, x->name, x->dtype == K3_DT_F32 ? K3_ENC_F32 : K3_ENC_BF16, x->rank, x->shape, d);
         }
         if (!e) e = k3tp_emit_shard(dir, &m, si, &h, &seed, d);
+        else k3_shard_header_free(&h);
     }
-    if (!e) {
-        si = k3tp_add_shard(&m, "trunk-head.k3s", K3_SHARD_TRUNK, -1);
-        k3_shard_init(&h, K3_SHARD_TRUNK, K3_LAYER_NONE, 0);
-        uint64_t vec[1] = {H}, head[2] = {V, H};
-        e = k3_shard_add(&h, "model.norm.weight", K3_ENC_BF16, 1, vec, d);
-        if (!e) e = k3_shard_add(&h, "lm_head.weight", K3_ENC_BF16, 2, head, d);
-        if (!e) e = k3tp_emit_shard(dir, &m, si, &h, &seed, d);
-    }
+    k3_xlist_free(&xl);
     for (uint32_t L = o->first_moe; !e && L < o->layers; L++) {
         snprintf(name, sizeof name, "experts-layer-%03u.k3s", L);
-        si = k3tp_add_shard(&m, name, K3_SHARD_EXPERTS, L);
+        uint32_t si = k3tp_add_shard(&m, name, K3_SHARD_EXPERTS, L);
         k3_shard_init(&h, K3_SHARD_EXPERTS, L, o->experts);
         uint64_t w13[2] = {I, H}, s13[2] = {I, H / 32}, w2[2] = {H, I}, s2[2] = {H, I / 32};
         e = k3_shard_add(&h, "w1.weight_packed", K3_ENC_MXFP4, 2, w13, d);
