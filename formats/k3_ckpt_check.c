@@ -7,8 +7,30 @@
 #include <string.h>
 
 #include "k3_log.h"
+#include "k3_shard.h"
 
 #define K3_NAME_MAX 4096   /* longest expected tensor name we build */
+
+static const struct { int dt, enc; } dt_enc[] = {
+    {K3_DT_BF16, K3_ENC_BF16}, {K3_DT_F16, K3_ENC_F16}, {K3_DT_F32, K3_ENC_F32}, {K3_DT_F64, K3_ENC_F64},
+    {K3_DT_U8, K3_ENC_U8},     {K3_DT_I8, K3_ENC_I8},   {K3_DT_I16, K3_ENC_I16}, {K3_DT_I32, K3_ENC_I32},
+    {K3_DT_I64, K3_ENC_I64},   {K3_DT_F4, K3_ENC_MXFP4}, {K3_DT_F8_E8M0, K3_ENC_E8M0},
+};
+
+int k3_enc_from_dtype(int dtype)
+{
+    /* F4 / F8_E8M0 checkpoint tensors are not stored as MXFP4 records: copies only */
+    for (size_t i = 0; i < sizeof dt_enc / sizeof dt_enc[0] - 2; i++)
+        if (dt_enc[i].dt == dtype) return dt_enc[i].enc;
+    return 0;
+}
+
+int k3_dtype_from_enc(int enc)
+{
+    for (size_t i = 0; i < sizeof dt_enc / sizeof dt_enc[0]; i++)
+        if (dt_enc[i].enc == enc) return dt_enc[i].dt;
+    return K3_DT_F8_E8M0;
+}
 
 int k3_is_vision_tensor(const char *name)
 {

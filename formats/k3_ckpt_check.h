@@ -35,6 +35,11 @@ typedef struct k3_ckpt_match {
 /* One line per problem, e.g. "tensor 'x' is missing"; ctx is passed through. */
 typedef void (*k3_problem_fn)(void *ctx, const char *msg);
 
+/* The pack encoding that stores a checkpoint dtype bit for bit (K3_ENC_*), or 0. */
+int k3_enc_from_dtype(int dtype);
+/* The safetensors dtype that names a pack encoding (MXFP4 -> F4, E8M0 -> F8_E8M0). */
+int k3_dtype_from_enc(int enc);
+
 /* 1 if name (full checkpoint name) belongs to the vision tower. */
 int k3_is_vision_tensor(const char *name);
 

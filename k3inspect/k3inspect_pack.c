@@ -14,26 +14,10 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include "k3_ckpt_check.h"
 #include "k3_file.h"
 #include "k3_log.h"
 #include "k3inspect.h"
-
-static uint8_t dtype_of(int enc)
-{
-    switch (enc) {
-    case K3_ENC_BF16: return K3_DT_BF16;
-    case K3_ENC_F16: return K3_DT_F16;
-    case K3_ENC_F32: return K3_DT_F32;
-    case K3_ENC_F64: return K3_DT_F64;
-    case K3_ENC_U8: return K3_DT_U8;
-    case K3_ENC_I8: return K3_DT_I8;
-    case K3_ENC_I16: return K3_DT_I16;
-    case K3_ENC_I32: return K3_DT_I32;
-    case K3_ENC_I64: return K3_DT_I64;
-    case K3_ENC_MXFP4: return K3_DT_F4;
-    default: return K3_DT_F8_E8M0;
-    }
-}
 
 /* A pack, or an unfinished one: manifest.json, or any .k3s shard. */
 int k3i_is_pack(const char *path)
@@ -68,7 +52,7 @@ static void fill_tensor(k3_st_tensor *t, char **pool, const char *a, const char 
     t->name = *pool;
     t->name_len = (uint32_t)n;
     *pool += n + 1;
-    t->dtype = dtype_of(enc);
+    t->dtype = (uint8_t)k3_dtype_from_enc(enc);
     t->rank = (uint8_t)ndim;
     t->numel = 1;
     for (int i = 0; i < ndim; i++) {

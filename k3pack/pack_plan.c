@@ -10,24 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "k3_ckpt_check.h"
 #include "k3_log.h"
 #include "safetensors.h"
-
-static int enc_of_dtype(int dt)
-{
-    switch (dt) {
-    case K3_DT_BF16: return K3_ENC_BF16;
-    case K3_DT_F16: return K3_ENC_F16;
-    case K3_DT_F32: return K3_ENC_F32;
-    case K3_DT_F64: return K3_ENC_F64;
-    case K3_DT_U8: return K3_ENC_U8;
-    case K3_DT_I8: return K3_ENC_I8;
-    case K3_DT_I16: return K3_ENC_I16;
-    case K3_DT_I32: return K3_ENC_I32;
-    case K3_DT_I64: return K3_ENC_I64;
-    default: return 0;
-    }
-}
 
 /* "model.layers.L.block_sparse_moe.experts.E.SUFFIX" -> L, E, SUFFIX */
 static int parse_expert(const char *name, uint32_t *layer, uint64_t *expert, const char **suffix)
@@ -178,7 +163,7 @@ k3_err pk_plan_build(pk_plan *p, const char *config_text, size_t config_len, pk_
                 snprintf(nm, sizeof nm, "%.2s.weight_scale", sfx);
                 if (!e) e = k3_shard_add(&sh->h, nm, K3_ENC_E8M0, 2, sc, d);
             } else {
-                int enc = enc_of_dtype(x->dtype);
+                int enc = k3_enc_from_dtype(x->dtype);
                 if (!enc) {
                     e = k3_fail(d, K3_ERR_UNSUPPORTED, "tensor '%s': dtype %s cannot be stored in a pack", x->name,
                                 k3_dtype_name((k3_dtype)x->dtype));

@@ -9,28 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "k3_ckpt_check.h"
 #include "k3_config.h"
 #include "k3_error.h"
 #include "safetensors.h"
 #include "verify_pack.h"
 
 #define XPARTS 16   /* expected parts of one expert record (K3 has 6) */
-
-static int enc_of_dtype(int dt)
-{
-    switch (dt) {
-    case K3_DT_BF16: return K3_ENC_BF16;
-    case K3_DT_F16: return K3_ENC_F16;
-    case K3_DT_F32: return K3_ENC_F32;
-    case K3_DT_F64: return K3_ENC_F64;
-    case K3_DT_U8: return K3_ENC_U8;
-    case K3_DT_I8: return K3_ENC_I8;
-    case K3_DT_I16: return K3_ENC_I16;
-    case K3_DT_I32: return K3_ENC_I32;
-    case K3_DT_I64: return K3_ENC_I64;
-    default: return 0;
-    }
-}
 
 static const char *enc_str(int enc)
 {
@@ -107,7 +92,7 @@ static void check_trunk(const k3_manifest *m, const k3_xlist *xl, k3v_item *it)
         }
         const k3_mf_tensor *t = &m->tensors[*hit];
         seen[*hit] = 1;
-        int want = enc_of_dtype(x->dtype);
+        int want = k3_enc_from_dtype(x->dtype);
         if (t->encoding != want) {
             tensor_problem(it, K3V_MISMATCH, x->name, "tensor '%s' is %s in the pack, the config needs %s",
                            enc_str(t->encoding), want ? enc_str(want) : k3_dtype_name((k3_dtype)x->dtype));
@@ -163,7 +148,7 @@ static int map_part(const k3_manifest *m, const k3_xtensor *x, const char *sfx, 
         out[1].shape[1] = x->shape[1] / 32;
         return 2;
     }
-    out[0].enc = enc_of_dtype(x->dtype);
+    out[0].enc = k3_enc_from_dtype(x->dtype);
     return 1;
 }
 
