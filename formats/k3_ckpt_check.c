@@ -32,6 +32,38 @@ int k3_dtype_from_enc(int enc)
     return K3_DT_F8_E8M0;
 }
 
+int k3_pack_parts(const k3_xtensor *x, const char *name, int expert, int quantize, k3_pack_part out[2])
+{
+    memset(out, 0, 2 * sizeof *out);
+    snprintf(out[0].name, sizeof out[0].name, "%s", name);
+    out[0].ndim = x->rank > 4 ? 4 : x->rank;
+    memcpy(out[0].shape, x->shape, sizeof out[0].shape);
+    int two_d = x->rank == 2;
+    if (expert && two_d && x->dtype == K3_DT_U8 && strstr(name, "weight_packed")) {
+        out[0].enc = K3_ENC_MXFP4;
+        out[0].shape[1] *= 2;                          /* logical columns */
+        return 1;
+    }
+    if (expert && two_d && x->dtype == K3_DT_U8 && strstr(name, "weight_scale")) {
+        out[0].enc = K3_ENC_E8M0;
+        return 1;
+    }
+    if (expert && quantize) {
+        if (!two_d || x->shape[1] % 32) return -1;
+        size_t n = strlen(name);
+        int base = n > 7 && !strcmp(name + n - 7, ".weight") ? (int)(n - 7) : (int)n;
+        snprintf(out[0].name, sizeof out[0].name, "%.*s.weight_packed", base, name);
+        out[0].enc = K3_ENC_MXFP4;
+        out[1] = out[0];
+        snprintf(out[1].name, sizeof out[1].name, "%.*s.weight_scale", base, name);
+        out[1].enc = K3_ENC_E8M0;
+        out[1].shape[1] = x->shape[1] / 32;
+        return 2;
+    }
+    out[0].enc = k3_enc_from_dtype(x->dtype);
+    return out[0].enc ? 1 : 0;
+}
+
 int k3_is_vision_tensor(const char *name)
 {
     static const char *const pfx[] = {"vision_tower.", "mm_projector.", "language_model.vision_tower.",

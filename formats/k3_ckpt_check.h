@@ -40,6 +40,25 @@ int k3_enc_from_dtype(int dtype);
 /* The safetensors dtype that names a pack encoding (MXFP4 -> F4, E8M0 -> F8_E8M0). */
 int k3_dtype_from_enc(int enc);
 
+/* One entry a checkpoint tensor becomes in a pack (docs/FORMAT.md 2.3, 3, 4). */
+typedef struct k3_pack_part {
+    char name[64];               /* entry name: the tensor name, or the record part name */
+    int enc;                     /* K3_ENC_* */
+    int ndim;
+    uint64_t shape[4];
+} k3_pack_part;
+
+/*
+ * How checkpoint tensor x is stored in a pack; name is the entry name (for an
+ * expert: the part after "experts.E."). An MXFP4 expert's U8 weight_packed
+ * [r, c/2] becomes MXFP4 [r, c] and its weight_scale E8M0; with quantize, a
+ * BF16 expert "wX.weight" [r, c] becomes two parts, "wX.weight_packed" MXFP4
+ * [r, c] and "wX.weight_scale" E8M0 [r, c/32]; anything else is a copy in its
+ * own encoding. Returns the number of parts (1 or 2), 0 if the dtype cannot
+ * be stored, -1 if a quantized weight is not 2-D with columns a multiple of 32.
+ */
+int k3_pack_parts(const k3_xtensor *x, const char *name, int expert, int quantize, k3_pack_part out[2]);
+
 /* 1 if name (full checkpoint name) belongs to the vision tower. */
 int k3_is_vision_tensor(const char *name);
 

@@ -142,35 +142,23 @@ k3_err pk_plan_build(pk_plan *p, const char *config_text, size_t config_len, pk_
                 goto out;
             }
             const char *sfx = experts ? strstr(x->name, ".experts.0.") + strlen(".experts.0.") : x->name;
-            if (experts && x->dtype == K3_DT_U8 && strstr(sfx, "weight_packed")) {
-                shape[1] *= 2;                                       /* logical columns */
-                e = k3_shard_add(&sh->h, sfx, K3_ENC_MXFP4, 2, shape, d);
-            } else if (experts && x->dtype == K3_DT_U8 && strstr(sfx, "weight_scale")) {
-                e = k3_shard_add(&sh->h, sfx, K3_ENC_E8M0, 2, shape, d);
-            } else if (experts && p->quantize) {
+            k3_pack_part parts[2];
+            int np = k3_pack_parts(x, sfx, experts, p->quantize, parts);
+            if (np < 0) {
                 /* checked here, not when the bytes arrive: --dry-run and the
                    validation before writing must refuse what cannot be written */
-                if (x->rank != 2 || shape[1] % 32) {
-                    e = k3_fail(d, K3_ERR_MODEL, "tensor '%s': %llu columns is not a multiple of 32, so it cannot "
-                                "be quantized to MXFP4 (blocks of 32)", x->name,
-                                (unsigned long long)(x->rank == 2 ? shape[1] : 0));
-                    goto out;
-                }
-                char nm[64];
-                uint64_t sc[2] = {shape[0], shape[1] / 32};
-                snprintf(nm, sizeof nm, "%.2s.weight_packed", sfx);
-                e = k3_shard_add(&sh->h, nm, K3_ENC_MXFP4, 2, shape, d);
-                snprintf(nm, sizeof nm, "%.2s.weight_scale", sfx);
-                if (!e) e = k3_shard_add(&sh->h, nm, K3_ENC_E8M0, 2, sc, d);
-            } else {
-                int enc = k3_enc_from_dtype(x->dtype);
-                if (!enc) {
-                    e = k3_fail(d, K3_ERR_UNSUPPORTED, "tensor '%s': dtype %s cannot be stored in a pack", x->name,
-                                k3_dtype_name((k3_dtype)x->dtype));
-                    goto out;
-                }
-                e = k3_shard_add(&sh->h, sfx, enc, x->rank, shape, d);
+                e = k3_fail(d, K3_ERR_MODEL, "tensor '%s': %llu columns is not a multiple of 32, so it cannot "
+                            "be quantized to MXFP4 (blocks of 32)", x->name,
+                            (unsigned long long)(x->rank == 2 ? shape[1] : 0));
+                goto out;
             }
+            if (np == 0) {
+                e = k3_fail(d, K3_ERR_UNSUPPORTED, "tensor '%s': dtype %s cannot be stored in a pack", x->name,
+                            k3_dtype_name((k3_dtype)x->dtype));
+                goto out;
+            }
+            for (int q = 0; q < np && !e; q++)
+                e = k3_shard_add(&sh->h, parts[q].name, parts[q].enc, parts[q].ndim, parts[q].shape, d);
             if (e) goto out;
         }
         if ((e = k3_shard_layout(&sh->h, d))) goto out;

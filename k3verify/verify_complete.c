@@ -112,44 +112,21 @@ static void check_trunk(const k3_manifest *m, const k3_xlist *xl, k3v_item *it)
 
 /* ------------------------------------------------------------------ experts */
 
-typedef struct xpart {
-    char name[64];
-    int enc;
-    int rank;
-    uint64_t shape[4];
-} xpart;
+typedef k3_pack_part xpart;
 
 /* The record parts expert tensor x of expert 0 becomes in a pack with m's experts. */
 static int map_part(const k3_manifest *m, const k3_xtensor *x, const char *sfx, xpart *out)
 {
-    memset(out, 0, 2 * sizeof *out);
-    int r = x->rank > 4 ? 4 : x->rank;
-    snprintf(out[0].name, sizeof out[0].name, "%s", sfx);
-    out[0].rank = r;
-    memcpy(out[0].shape, x->shape, sizeof out[0].shape);
-    if (x->dtype == K3_DT_U8 && strstr(sfx, "weight_packed") && r == 2) {
-        out[0].enc = K3_ENC_MXFP4;
-        out[0].shape[1] *= 2;
-        return 1;
+    int n = k3_pack_parts(x, sfx, 1, m->experts_quantized, out);
+    if (n <= 0) {                      /* not storable as the config says: expect it as-is */
+        memset(out, 0, sizeof *out);
+        snprintf(out[0].name, sizeof out[0].name, "%s", sfx);
+        out[0].ndim = x->rank > 4 ? 4 : x->rank;
+        memcpy(out[0].shape, x->shape, sizeof out[0].shape);
+        out[0].enc = k3_enc_from_dtype(x->dtype);
+        n = 1;
     }
-    if (x->dtype == K3_DT_U8 && strstr(sfx, "weight_scale")) {
-        out[0].enc = K3_ENC_E8M0;
-        return 1;
-    }
-    if (m->experts_quantized && r == 2) {
-        size_t n = strlen(sfx);
-        const char *base = n > 7 && !strcmp(sfx + n - 7, ".weight") ? sfx : NULL;
-        int blen = base ? (int)(n - 7) : (int)n;
-        snprintf(out[0].name, sizeof out[0].name, "%.*s.weight_packed", blen, sfx);
-        out[0].enc = K3_ENC_MXFP4;
-        out[1] = out[0];
-        snprintf(out[1].name, sizeof out[1].name, "%.*s.weight_scale", blen, sfx);
-        out[1].enc = K3_ENC_E8M0;
-        out[1].shape[1] = x->shape[1] / 32;
-        return 2;
-    }
-    out[0].enc = k3_enc_from_dtype(x->dtype);
-    return 1;
+    return n;
 }
 
 static void layer_problem(k3v_item *it, int kind, uint32_t layer, const char *msg)
@@ -200,10 +177,10 @@ static void check_experts(const k3_manifest *m, const k3_config *cfg, const k3_x
             } else {
                 const k3_mf_part *p = &x->parts[q];
                 used[q] = 1;
-                if (p->encoding != w[j].enc || !same_shape(p->shape, p->ndim, w[j].shape, w[j].rank))
+                if (p->encoding != w[j].enc || !same_shape(p->shape, p->ndim, w[j].shape, w[j].ndim))
                     msg = k3v_fmt("layer %u: expert part '%s' is %s %s in the pack, the config needs %s %s", L,
                                   w[j].name, enc_str(p->encoding), shape_str(p->shape, p->ndim, s1, sizeof s1),
-                                  enc_str(w[j].enc), shape_str(w[j].shape, w[j].rank, s2, sizeof s2));
+                                  enc_str(w[j].enc), shape_str(w[j].shape, w[j].ndim, s2, sizeof s2));
             }
             if (msg) layer_problem(it, K3V_MISMATCH, L, msg);
             free(msg);
