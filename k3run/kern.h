@@ -1,0 +1,74 @@
+/*
+ * kern.h - matrix products of the engine: y = W x for BF16 and MXFP4 weights,
+ * one token (matrix-vector) or a batch of tokens (matrix-matrix).
+ *
+ * THE CANONICAL SUMMATION ORDER (docs/KERNELS.md; every path follows it, so
+ * results are bit-identical across ISAs, thread counts and batch sizes):
+ *
+ *   For every output element y[t][r] = sum_i W[r][i] * x[t][i], i < cols:
+ *   - weight values are fp32: BF16 widened exactly; MXFP4 element
+ *     w = fp32(E2M1(code)) * fp32(2^(scale-127)), one IEEE fp32 multiply (exact,
+ *     or +-inf when it overflows, NaN for scale code 255);
+ *   - 16 lanes: element i goes to lane i % 16; lane l starts at +0.0f and takes
+ *     its elements in increasing i with a fused multiply-add,
+ *         acc[l] = fmaf(w[i], x[i], acc[l]);
+ *   - the 16 lanes are reduced by a fixed tree:
+ *         a[j] = acc[j] + acc[j+8]  (j < 8)
+ *         b[j] = a[j] + a[j+4]      (j < 4)
+ *         c[j] = b[j] + b[j+2]      (j < 2)
+ *         y    = c[0] + c[1]
+ *   Nothing else (no pairwise blocking, no split-k) is allowed: a path that
+ *   wants more independent chains processes several rows or tokens at once.
+ */
+#ifndef K3_KERN_H
+#define K3_KERN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "k3_error.h"
+
+typedef enum k3_isa { K3_ISA_SCALAR = 0, K3_ISA_AVX2 = 1, K3_ISA_AVX512 = 2, K3_ISA__COUNT } k3_isa;
+
+const char *k3_isa_name(k3_isa isa);          /* "scalar", "avx2", "avx512" */
+int k3_isa_supported(k3_isa isa);              /* this CPU (and OS) can run it */
+k3_isa k3_isa_best(void);                      /* the fastest supported path */
+/*
+ * The path to use: value NULL or "" means k3_isa_best(); otherwise "scalar",
+ * "avx2" or "avx512" (the K3_ISA environment variable). An unknown name, or a
+ * path this CPU lacks, is K3_ERR_USAGE with a message saying what the CPU has.
+ */
+k3_err k3_isa_choose(const char *value, k3_isa *out, k3_diag *d);
+
+/* A weight matrix [rows, cols], row-major, as stored in the pack. */
+typedef struct k3_mat {
+    int enc;                 /* K3_ENC_BF16 or K3_ENC_MXFP4 (formats/k3_shard.h) */
+    uint32_t rows, cols;     /* MXFP4: cols % 32 == 0 */
+    const void *data;        /* BF16: uint16_t [rows][cols]; MXFP4: uint8_t [rows][cols/2],
+                                element 2j in the low nibble of byte j */
+    const uint8_t *scales;   /* MXFP4: E8M0 [rows][cols/32]; BF16: NULL */
+} k3_mat;
+
+/*
+ * y[t*ldy + r] = sum_i W[r][i] * x[t*ldx + i] for t < T, r < W->rows, in the
+ * canonical order. x: [T][ldx] fp32, ldx >= cols; y: [T][ldy] fp32,
+ * ldy >= rows; x and y do not overlap. Uses the OpenMP threads of the caller's
+ * setting (rows are split between threads; the result does not depend on it).
+ * Each weight byte is read from memory once per call, whatever T.
+ */
+void k3_matmul(k3_isa isa, const k3_mat *W, const float *x, size_t ldx, uint32_t T,
+               float *y, size_t ldy);
+
+/* The same for the rows [r0, r1) only, on the calling thread (no OpenMP). */
+void k3_matmul_rows(k3_isa isa, const k3_mat *W, const float *x, size_t ldx, uint32_t T,
+                    float *y, size_t ldy, uint32_t r0, uint32_t r1);
+
+/* Per-ISA entry points (kern_scalar.c, kern_avx2.c, kern_avx512.c): rows [r0, r1). */
+void k3_kern_rows_scalar(const k3_mat *W, const float *x, size_t ldx, uint32_t T,
+                         float *y, size_t ldy, uint32_t r0, uint32_t r1);
+void k3_kern_rows_avx2(const k3_mat *W, const float *x, size_t ldx, uint32_t T,
+                       float *y, size_t ldy, uint32_t r0, uint32_t r1);
+void k3_kern_rows_avx512(const k3_mat *W, const float *x, size_t ldx, uint32_t T,
+                         float *y, size_t ldy, uint32_t r0, uint32_t r1);
+
+#endif

@@ -1,0 +1,434 @@
+/*
+ * model.c - the model's dimensions and buffers, the residual stream with
+ * block Attention Residuals, the final norm and lm_head (spec §4.1-§4.3).
+ * Attention lives in model_attn.c, FFN and MoE in model_ffn.c.
+ */
+#include "model_impl.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "k3_math.h"
+#include "k3_shard.h"
+
+/* ------------------------------------------------------------------------ */
+/* fixed-order helpers                                                       */
+
+float k3v_dot(const float *a, const float *b, uint32_t n)
+{
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    uint32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) acc[l] += a[i + l] * b[i + l];
+    for (int l = 0; i < n; i++, l++) acc[l] += a[i] * b[i];
+    float s4[4], s2[2];
+    for (int l = 0; l < 4; l++) s4[l] = acc[l] + acc[l + 4];
+    for (int l = 0; l < 2; l++) s2[l] = s4[l] + s4[l + 2];
+    return s2[0] + s2[1];
+}
+
+double k3v_sumsq(const float *a, uint32_t n)
+{
+    double s = 0;
+    for (uint32_t i = 0; i < n; i++) s += (double)a[i] * a[i];
+    return s;
+}
+
+void k3v_rmsnorm(float *y, const float *x, const float *w, uint32_t n, float eps)
+{
+    float ms = (float)(k3v_sumsq(x, n) / n);
+    float r = k3_rsqrtf(ms + eps);
+    if (w)
+        for (uint32_t i = 0; i < n; i++) y[i] = w[i] * (x[i] * r);
+    else
+        for (uint32_t i = 0; i < n; i++) y[i] = x[i] * r;
+}
+
+void k3_glu(const k3_config *c, float *g, const float *u, uint32_t n)
+{
+    if (c->hidden_act == K3_ACT_SITU) {
+        float b = (float)c->activation_situ_beta, bl = (float)c->activation_situ_linear_beta;
+        for (uint32_t i = 0; i < n; i++) g[i] = k3_situf(g[i], u[i], b, bl);
+    } else {
+        for (uint32_t i = 0; i < n; i++) g[i] = k3_siluf(g[i]) * u[i];
+    }
+}
+
+void k3_lin(const k3_model *m, const k3_tensor *t, const float *x, uint32_t T, float *y)
+{
+    k3_matmul(m->o.isa, &t->mat, x, t->mat.cols, T, y, t->mat.rows);
+}
+
+/* ------------------------------------------------------------------------ */
+/* setup                                                                     */
+
+static uint32_t umax(uint32_t a, uint32_t b) { return a > b ? a : b; }
+
+/* A required tensor: present, a matrix [rows, cols] in BF16 (rows/cols 0: any),
+   or (cols == 0 and vec) a vector of `rows` values in BF16 or F32. */
+static k3_err need(k3_model *m, int layer, k3_wid id, uint32_t rows, uint32_t cols, int vec, k3_diag *d)
+{
+    const k3_tensor *t = k3w_get(m->w, layer, id);
+    char where[32];
+    if (layer >= 0) snprintf(where, sizeof where, "layer %d", layer);
+    else snprintf(where, sizeof where, "the model");
+    if (!t) return k3_fail(d, K3_ERR_MODEL, "%s needs a tensor the pack does not have (weight kind %d)", where, (int)id);
+    if (vec) {
+        if (t->numel != rows || (t->enc != K3_ENC_BF16 && t->enc != K3_ENC_F32))
+            return k3_fail(d, K3_ERR_MODEL, "'%s': expected %u BF16 or F32 values", t->name, rows);
+        return K3_OK;
+    }
+    if (t->enc != K3_ENC_BF16)
+        return k3_fail(d, K3_ERR_UNSUPPORTED, "'%s': only BF16 trunk matrices are supported", t->name);
+    if ((rows && t->mat.rows != rows) || (cols && t->mat.cols != cols))
+        return k3_fail(d, K3_ERR_MODEL, "'%s': shape [%u, %u], the config implies [%u, %u]", t->name,
+                       t->mat.rows, t->mat.cols, rows, cols);
+    return K3_OK;
+}
+
+static k3_err check_layer(k3_model *m, int i, k3_diag *d)
+{
+    const k3_config *c = m->cfg;
+    const k3_dims *z = &m->d;
+    k3_err e = K3_OK;
+#define NEED(id, r, cc, v) do { if ((e = need(m, i, id, r, cc, v, d))) return e; } while (0)
+    NEED(K3W_IN_NORM, z->D, 0, 1);
+    NEED(K3W_POST_NORM, z->D, 0, 1);
+    if (z->block) {
+        if (i > 0) { NEED(K3W_ARES_NORM, z->D, 0, 1); NEED(K3W_ARES_PROJ, z->D, 0, 1); }
+        NEED(K3W_MRES_NORM, z->D, 0, 1);
+        NEED(K3W_MRES_PROJ, z->D, 0, 1);
+    }
+    if (k3_layer_is_kda(c, i)) {
+        NEED(K3W_KDA_Q, z->C, z->D, 0); NEED(K3W_KDA_K, z->C, z->D, 0); NEED(K3W_KDA_V, z->C, z->D, 0);
+        NEED(K3W_KDA_QCONV, z->C * z->W, 0, 1); NEED(K3W_KDA_KCONV, z->C * z->W, 0, 1);
+        NEED(K3W_KDA_VCONV, z->C * z->W, 0, 1);
+        NEED(K3W_KDA_ALOG, z->H, 0, 1); NEED(K3W_KDA_DTBIAS, z->C, 0, 1);
+        NEED(K3W_KDA_FA, 0, z->D, 0);
+        uint32_t fr = k3w_get(m->w, i, K3W_KDA_FA)->mat.rows;
+        if (fr != z->fa_rank) return k3_fail(d, K3_ERR_MODEL, "layer %d: f_a_proj rank %u differs from layer %u's",
+                                             i, fr, z->fa_rank);
+        NEED(K3W_KDA_FB, z->C, fr, 0);
+        NEED(K3W_KDA_B, z->H, z->D, 0);
+        if (c->kda_full_rank_gate) NEED(K3W_KDA_G, z->C, z->D, 0);
+        else { NEED(K3W_KDA_GA, z->ga_rank, z->D, 0); NEED(K3W_KDA_GB, z->C, z->ga_rank, 0); }
+        NEED(K3W_KDA_ONORM, z->K, 0, 1);
+        NEED(K3W_KDA_O, z->D, z->C, 0);
+    } else {
+        if (z->Q) {
+            NEED(K3W_MLA_QA, z->Q, z->D, 0); NEED(K3W_MLA_QANORM, z->Q, 0, 1);
+            NEED(K3W_MLA_QB, z->Hm * (z->dn + z->dr), z->Q, 0);
+        } else {
+            NEED(K3W_MLA_Q, z->Hm * (z->dn + z->dr), z->D, 0);
+        }
+        NEED(K3W_MLA_KVA, z->R + z->dr, z->D, 0); NEED(K3W_MLA_KVANORM, z->R, 0, 1);
+        NEED(K3W_MLA_KVB, z->Hm * (z->dn + z->dv), z->R, 0);
+        if (c->mla_use_output_gate) NEED(K3W_MLA_G, z->Hm * z->dv, z->D, 0);
+        NEED(K3W_MLA_O, z->D, z->Hm * z->dv, 0);
+    }
+    if (k3_layer_is_moe(c, i)) {
+        NEED(K3W_MOE_ROUTER, z->E, z->D, 0);
+        if (k3w_get(m->w, i, K3W_MOE_BIAS)) NEED(K3W_MOE_BIAS, z->E, 0, 1);
+        if (z->Ish) {
+            NEED(K3W_MOE_SH_GATE, z->Ish, z->D, 0); NEED(K3W_MOE_SH_UP, z->Ish, z->D, 0);
+            NEED(K3W_MOE_SH_DOWN, z->D, z->Ish, 0);
+        }
+        if (c->routed_expert_hidden_size) {
+            NEED(K3W_MOE_LAT_DOWN, z->Dl, z->D, 0); NEED(K3W_MOE_LAT_UP, z->D, z->Dl, 0);
+            if (c->latent_moe_use_norm) NEED(K3W_MOE_LAT_NORM, z->Dl, 0, 1);
+        }
+        /* every expert of the layer has the config's shapes (checked once, all share a layout) */
+        int32_t e0 = 0;
+        k3_expert ex;
+        if ((e = k3w_experts_acquire(m->w, i, &e0, 1, &ex, d))) return e;
+        k3w_experts_release(m->w, i);
+        if (ex.w1.rows != z->Ie || ex.w1.cols != z->Dl || ex.w3.rows != z->Ie || ex.w3.cols != z->Dl ||
+            ex.w2.rows != z->Dl || ex.w2.cols != z->Ie)
+            return k3_fail(d, K3_ERR_MODEL, "layer %d: expert matrices are [%u,%u]/[%u,%u], the config implies "
+                           "[%u,%u]/[%u,%u]", i, ex.w1.rows, ex.w1.cols, ex.w2.rows, ex.w2.cols, z->Ie, z->Dl,
+                           z->Dl, z->Ie);
+        if (ex.w1.enc != K3_ENC_MXFP4 && ex.w1.enc != K3_ENC_BF16)
+            return k3_fail(d, K3_ERR_UNSUPPORTED, "layer %d: expert encoding %d is not supported", i, ex.w1.enc);
+    } else {
+        NEED(K3W_FFN_GATE, z->I, z->D, 0); NEED(K3W_FFN_UP, z->I, z->D, 0); NEED(K3W_FFN_DOWN, z->D, z->I, 0);
+    }
+#undef NEED
+    return K3_OK;
+}
+
+static k3_err set_dims(k3_model *m, k3_diag *d)
+{
+    const k3_config *c = m->cfg;
+    k3_dims *z = &m->d;
+    if (!c->mla_use_nope)
+        return k3_fail(d, K3_ERR_UNSUPPORTED, "config: MLA with rotary embeddings (mla_use_nope false) is not supported");
+    if (c->num_expert_group > 1)
+        return k3_fail(d, K3_ERR_UNSUPPORTED, "config: grouped top-k routing (num_expert_group %u) is not supported",
+                       c->num_expert_group);
+    if (c->num_key_value_heads != c->num_attention_heads)
+        return k3_fail(d, K3_ERR_UNSUPPORTED, "config: num_key_value_heads %u != num_attention_heads %u",
+                       c->num_key_value_heads, c->num_attention_heads);
+    z->D = c->hidden_size; z->L = c->num_hidden_layers; z->V = c->vocab_size;
+    z->H = c->kda_num_heads; z->K = c->kda_head_dim; z->C = z->H * z->K; z->W = c->kda_conv_kernel;
+    z->Hm = c->num_attention_heads; z->dn = c->qk_nope_head_dim; z->dr = c->qk_rope_head_dim;
+    z->dv = c->v_head_dim; z->R = c->kv_lora_rank; z->Q = c->q_lora_rank;
+    z->I = c->intermediate_size;
+    z->E = c->num_experts; z->k = c->num_experts_per_token; z->Ie = c->moe_intermediate_size;
+    z->Dl = c->routed_expert_hidden_size ? c->routed_expert_hidden_size : z->D;
+    z->Ish = c->moe_intermediate_size * c->num_shared_experts;
+    z->block = c->attn_res_block_size;
+    z->n_blocks = z->block ? (z->L + z->block - 1) / z->block : 0;
+    if (z->E && (z->k == 0 || z->k > z->E))
+        return k3_fail(d, K3_ERR_MODEL, "config: num_experts_per_token %u must be in 1..num_experts (%u)", z->k, z->E);
+    if (c->has_linear_attn && c->n_kda_layers && (z->W < 1 || z->W > 64))
+        return k3_fail(d, K3_ERR_MODEL, "config: short_conv_kernel_size %u is not in 1..64", z->W);
+    for (uint32_t i = 0; i < z->L; i++) {
+        if (!k3_layer_is_kda(c, i)) { z->n_mla++; continue; }
+        const k3_tensor *fa = k3w_get(m->w, (int)i, K3W_KDA_FA), *ga = k3w_get(m->w, (int)i, K3W_KDA_GA);
+        if (fa) z->fa_rank = fa->mat.rows;
+        if (ga && !c->kda_full_rank_gate) z->ga_rank = ga->mat.rows;
+    }
+    return K3_OK;
+}
+
+static void *balloc(k3_model *m, uint64_t elems, size_t esz, int *fail)
+{
+    uint64_t n = elems * esz;
+    void *p = NULL;
+    if (n == 0) n = 64;
+    if (posix_memalign(&p, 64, (size_t)((n + 63) & ~(uint64_t)63))) { *fail = 1; return NULL; }
+    memset(p, 0, (size_t)n);
+    m->bytes += n;
+    return p;
+}
+
+k3_err k3_model_new(k3_weights *w, const k3_model_opts *o, k3_model **out, k3_diag *d)
+{
+    *out = NULL;
+    if (o->max_batch < 1 || o->context < 1)
+        return k3_fail(d, K3_ERR_USAGE, "batch and context must be at least 1");
+    k3_model *m = calloc(1, sizeof *m);
+    if (!m) return k3_fail(d, K3_ERR_NOMEM, "out of memory");
+    m->w = w;
+    m->cfg = k3w_config(w);
+    m->o = *o;
+    k3_err e = set_dims(m, d);
+    for (uint32_t i = 0; !e && i < m->d.L; i++) e = check_layer(m, (int)i, d);
+    if (!e) e = need(m, -1, K3W_EMBED, m->d.V, m->d.D, 0, d);
+    if (!e) e = need(m, -1, K3W_FINAL_NORM, m->d.D, 0, 1, d);
+    if (!e) e = need(m, -1, K3W_LM_HEAD, m->d.V, m->d.D, 0, d);
+    if (!e && m->d.block) e = need(m, -1, K3W_OUT_RES_NORM, m->d.D, 0, 1, d);
+    if (!e && m->d.block) e = need(m, -1, K3W_OUT_RES_PROJ, m->d.D, 0, 1, d);
+    if (e) { free(m); return e; }
+
+    const k3_dims *z = &m->d;
+    uint64_t B = o->max_batch, ctx = o->context;
+    int fail = 0;
+    m->mla_slot = balloc(m, z->L, sizeof(int32_t), &fail);
+    m->kda = calloc(z->L, sizeof *m->kda);
+    if (!m->kda) fail = 1;
+    uint32_t slot = 0;
+    for (uint32_t i = 0; !fail && i < z->L; i++) {
+        if (k3_layer_is_kda(m->cfg, i)) {
+            m->mla_slot[i] = -1;
+            m->kda[i].win = balloc(m, 3ull * z->C * (z->W - 1 ? z->W - 1 : 1), sizeof(float), &fail);
+            m->kda[i].S = balloc(m, (uint64_t)z->H * z->K * z->K, sizeof(float), &fail);
+        } else {
+            m->mla_slot[i] = (int32_t)slot++;
+        }
+    }
+    m->mla_c = balloc(m, (uint64_t)z->n_mla * ctx * z->R, sizeof(float), &fail);
+    m->mla_kr = balloc(m, (uint64_t)z->n_mla * ctx * z->dr, sizeof(float), &fail);
+
+    uint64_t BD = B * z->D;
+    m->h = balloc(m, BD, 4, &fail); m->a_in = balloc(m, BD, 4, &fail); m->x = balloc(m, BD, 4, &fail);
+    m->att = balloc(m, BD, 4, &fail); m->m_in = balloc(m, BD, 4, &fail); m->f = balloc(m, BD, 4, &fail);
+    m->blocks = balloc(m, (uint64_t)(z->n_blocks ? z->n_blocks : 1) * BD, 4, &fail);
+    uint32_t vmax = umax(umax(z->D, z->C), umax(umax(z->Q, z->R), z->Dl));
+    m->vec = balloc(m, vmax, 4, &fail);
+    m->vec2 = balloc(m, vmax, 4, &fail);
+
+    uint32_t tw = umax(umax(umax(z->C, z->D), z->Hm * (z->dn + z->dr)), umax(z->Hm * z->dv, z->R + z->dr));
+    m->t0 = balloc(m, B * tw, 4, &fail); m->t1 = balloc(m, B * tw, 4, &fail);
+    m->t2 = balloc(m, B * tw, 4, &fail); m->t3 = balloc(m, B * tw, 4, &fail);
+    m->t4 = balloc(m, B * tw, 4, &fail);
+    uint32_t sw = umax(umax(z->fa_rank, z->ga_rank), umax(z->Q, z->H));
+    m->small = balloc(m, B * umax(sw, 1), 4, &fail);
+    m->conv_w = balloc(m, 3ull * z->C * z->W, 4, &fail);
+    m->headvec = balloc(m, vmax, 4, &fail);
+    m->convtmp = balloc(m, (uint64_t)z->W + B, 4, &fail);
+    m->headtmp = balloc(m, 2ull * z->H * z->K, 4, &fail);
+    m->alog = balloc(m, umax(z->H, 1), 4, &fail);
+    m->mla_q = balloc(m, (uint64_t)z->Hm * z->R, 4, &fail);
+    m->mla_s = balloc(m, (uint64_t)z->Hm * ctx, 4, &fail);
+    m->mla_ol = balloc(m, (uint64_t)z->Hm * z->R, 4, &fail);
+
+    uint32_t fw = umax(umax(z->I, z->Ish), z->Ie);
+    m->g = balloc(m, B * fw, 4, &fail); m->u = balloc(m, B * fw, 4, &fail);
+    if (z->E) {
+        uint64_t nk = B * z->k, nu = nk < z->E ? nk : z->E;
+        m->logits_e = balloc(m, B * z->E, 4, &fail);
+        m->bias = balloc(m, z->E, 4, &fail);
+        m->sel = balloc(m, z->E, 4, &fail);
+        m->idx = balloc(m, nk, 4, &fail);
+        m->wts = balloc(m, nk, 4, &fail);
+        m->xl = balloc(m, B * z->Dl, 4, &fail); m->yl = balloc(m, B * z->Dl, 4, &fail);
+        m->Y = balloc(m, nk * z->Dl, 4, &fail);
+        m->xe = balloc(m, B * z->Dl, 4, &fail); m->ye = balloc(m, B * z->Dl, 4, &fail);
+        m->uniq = balloc(m, nu, 4, &fail);
+        m->tok_of = balloc(m, nk, 4, &fail); m->slot_of = balloc(m, nk, 4, &fail);
+        m->ex = balloc(m, nu, sizeof(k3_expert), &fail);
+        m->seen = balloc(m, z->E, 1, &fail);
+    }
+    m->logits = balloc(m, (o->all_logits ? B : 1) * (uint64_t)z->V, 4, &fail);
+    if (fail) {
+        k3_model_free(m);
+        return k3_fail(d, K3_ERR_NOMEM, "out of memory allocating the model's buffers");
+    }
+    *out = m;
+    return K3_OK;
+}
+
+void k3_model_free(k3_model *m)
+{
+    if (!m) return;
+    if (m->kda)
+        for (uint32_t i = 0; i < m->d.L; i++) { free(m->kda[i].win); free(m->kda[i].S); }
+    free(m->kda);
+    void *bufs[] = {m->mla_slot, m->mla_c, m->mla_kr, m->h, m->a_in, m->x, m->att, m->m_in, m->f, m->blocks,
+                    m->vec, m->vec2, m->t0, m->t1, m->t2, m->t3, m->t4, m->small, m->conv_w, m->convtmp, m->headtmp, m->headvec,
+                    m->alog, m->mla_q, m->mla_s, m->mla_ol, m->g, m->u, m->logits_e, m->bias, m->sel, m->idx, m->wts,
+                    m->xl, m->yl, m->Y, m->xe, m->ye, m->uniq, m->tok_of, m->slot_of, m->ex, m->seen,
+                    m->logits};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    free(m);
+}
+
+void k3_model_reset(k3_model *m)
+{
+    const k3_dims *z = &m->d;
+    m->pos = 0;
+    for (uint32_t i = 0; i < z->L; i++) {
+        if (!m->kda[i].S) continue;
+        memset(m->kda[i].win, 0, 3ull * z->C * (z->W - 1 ? z->W - 1 : 1) * sizeof(float));
+        memset(m->kda[i].S, 0, (size_t)z->H * z->K * z->K * sizeof(float));
+    }
+}
+
+const float *k3_model_logits(const k3_model *m)
+{
+    return m->logits + (size_t)(m->n_logits ? m->n_logits - 1 : 0) * m->d.V;
+}
+uint32_t k3_model_vocab(const k3_model *m) { return m->d.V; }
+uint32_t k3_model_pos(const k3_model *m) { return m->pos; }
+uint32_t k3_model_context(const k3_model *m) { return m->o.context; }
+uint32_t k3_model_max_batch(const k3_model *m) { return m->o.max_batch; }
+uint64_t k3_model_scratch_bytes(const k3_model *m) { return m->bytes; }
+
+/* ------------------------------------------------------------------------ */
+/* forward                                                                   */
+
+/*
+ * Block Attention Residual mix for every token (spec §4.3): V_j = blocks[j]
+ * (j < nb) and V_nb = ps; each normalised without weight; score
+ * s_j = sum_d kf_j[d] * (norm_w[d] * proj_w[d]); softmax over j; out = sum_j p_j V_j
+ * in block order, the partial sum last.
+ */
+static void attnres(k3_model *m, uint32_t T, uint32_t nb, const float *ps, int layer, k3_wid nid, k3_wid pid,
+                    float *out)
+{
+    const k3_dims *z = &m->d;
+    float *q = m->vec, *kf = m->vec2;
+    k3w_vec(k3w_get(m->w, layer, nid), q);
+    k3w_vec(k3w_get(m->w, layer, pid), kf);
+    for (uint32_t i = 0; i < z->D; i++) q[i] = q[i] * kf[i];
+    float eps = (float)m->cfg->rms_norm_eps;
+    for (uint32_t t = 0; t < T; t++) {
+        float s[K3_MAX_LAYERS + 1], mx = -INFINITY;
+        for (uint32_t j = 0; j <= nb; j++) {
+            const float *v = j < nb ? m->blocks + ((size_t)j * m->o.max_batch + t) * z->D : ps + (size_t)t * z->D;
+            k3v_rmsnorm(kf, v, NULL, z->D, eps);
+            s[j] = k3v_dot(kf, q, z->D);
+            if (s[j] > mx) mx = s[j];
+        }
+        double sum = 0;
+        for (uint32_t j = 0; j <= nb; j++) { s[j] = k3_expf(s[j] - mx); sum += s[j]; }
+        float *o = out + (size_t)t * z->D;
+        for (uint32_t j = 0; j <= nb; j++) {
+            float p = (float)(s[j] / sum);
+            const float *v = j < nb ? m->blocks + ((size_t)j * m->o.max_batch + t) * z->D : ps + (size_t)t * z->D;
+            if (j == 0) for (uint32_t i = 0; i < z->D; i++) o[i] = p * v[i];
+            else for (uint32_t i = 0; i < z->D; i++) o[i] = o[i] + p * v[i];
+        }
+    }
+}
+
+static void norm_rows(k3_model *m, const k3_tensor *w, const float *x, uint32_t T, uint32_t n, float eps, float *y)
+{
+    k3w_vec(w, m->vec);
+    for (uint32_t t = 0; t < T; t++) k3v_rmsnorm(y + (size_t)t * n, x + (size_t)t * n, m->vec, n, eps);
+}
+
+static void dump(k3_model *m, const char *name, int layer, uint32_t T, uint32_t width, const float *f,
+                 const int32_t *ids)
+{
+    if (m->o.dump) m->o.dump(m->o.dump_ctx, name, layer, T, width, f, ids);
+}
+
+k3_err k3_model_forward(k3_model *m, const int32_t *ids, uint32_t T, k3_diag *d)
+{
+    const k3_dims *z = &m->d;
+    const k3_config *c = m->cfg;
+    if (T == 0 || T > m->o.max_batch)
+        return k3_fail(d, K3_ERR_INTERNAL, "forward: %u tokens, batch holds %u", T, m->o.max_batch);
+    if ((uint64_t)m->pos + T > m->o.context)
+        return k3_fail(d, K3_ERR_USAGE, "the context is full (%u positions): use a larger --context",
+                       m->o.context);
+    k3_err e;
+    size_t D = z->D;
+    float eps = (float)c->rms_norm_eps;
+    for (uint32_t t = 0; t < T; t++)
+        if ((e = k3w_embed_row(m->w, ids[t], m->h + t * D, d))) return e;
+    dump(m, "ids", -1, T, 1, NULL, ids);
+    uint32_t nb = 0;
+    for (uint32_t i = 0; i < z->L; i++) {
+        int li = (int)i, ps_none = 0;
+        const float *a_in = m->h;
+        if (z->block) {
+            if (nb) { attnres(m, T, nb, m->h, li, K3W_ARES_NORM, K3W_ARES_PROJ, m->a_in); a_in = m->a_in; }
+            if (i % z->block == 0) {        /* freeze AFTER the attention input mix (pitfall 8) */
+                for (uint32_t t = 0; t < T; t++)
+                    memcpy(m->blocks + ((size_t)nb * m->o.max_batch + t) * D, m->h + t * D, D * sizeof(float));
+                nb++;
+                ps_none = 1;
+            }
+        }
+        norm_rows(m, k3w_get(m->w, li, K3W_IN_NORM), a_in, T, z->D, eps, m->x);
+        e = k3_layer_is_kda(c, i) ? k3_kda(m, li, T, m->x, m->att, d) : k3_mla(m, li, T, m->x, m->att, d);
+        if (e) return e;
+        if (ps_none) memcpy(m->h, m->att, T * D * sizeof(float));
+        else for (size_t j = 0; j < T * D; j++) m->h[j] = m->h[j] + m->att[j];
+        const float *m_in = m->h;
+        if (z->block) { attnres(m, T, nb, m->h, li, K3W_MRES_NORM, K3W_MRES_PROJ, m->m_in); m_in = m->m_in; }
+        norm_rows(m, k3w_get(m->w, li, K3W_POST_NORM), m_in, T, z->D, eps, m->x);
+        e = k3_layer_is_moe(c, i) ? k3_moe(m, li, T, m->x, m->f, d) : k3_dense(m, li, T, m->x, m->f, d);
+        if (e) return e;
+        for (size_t j = 0; j < T * D; j++) m->h[j] = m->h[j] + m->f[j];
+        if (m->o.dump) {
+            dump(m, "attn_out", li, T, z->D, m->att, NULL);
+            dump(m, "ffn_out", li, T, z->D, m->f, NULL);
+            dump(m, "out", li, T, z->D, m->h, NULL);
+        }
+    }
+    const float *fin = m->h;
+    if (z->block) { attnres(m, T, nb, m->h, -1, K3W_OUT_RES_NORM, K3W_OUT_RES_PROJ, m->a_in); fin = m->a_in; }
+    dump(m, "final_hidden", -1, T, z->D, fin, NULL);
+    uint32_t first = m->o.all_logits ? 0 : T - 1, n = T - first;
+    norm_rows(m, k3w_get(m->w, -1, K3W_FINAL_NORM), fin + first * D, n, z->D, eps, m->x);
+    k3_lin(m, k3w_get(m->w, -1, K3W_LM_HEAD), m->x, n, m->logits);
+    dump(m, "logits", -1, n, z->V, m->logits, NULL);
+    m->n_logits = n;
+    m->pos += T;
+    return K3_OK;
+}

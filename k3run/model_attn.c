@@ -1,0 +1,201 @@
+/*
+ * model_attn.c - the two attention kinds of Kimi K3 (spec §4.4, §4.5).
+ *
+ * KDA: short causal conv with its state, SiLU, L2 norm and q scale, the
+ * lower-bounded (or softplus) forget gate, beta, decay-then-delta recurrence,
+ * gated RMSNorm with the full-rank (or low-rank) output gate.
+ * MLA: q-LoRA, NoPE, a latent cache of the normed c and the raw k_rope, the
+ * absorbed form for every token (prompt and decode alike, so a batch equals
+ * token-by-token), the sigmoid output gate.
+ *
+ * The recurrence and the attention run per head in parallel; each head's
+ * arithmetic is sequential in a fixed order, so threads change nothing.
+ */
+#include "model_impl.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "k3_math.h"
+#include "k3_num.h"
+
+/* Depthwise causal conv + SiLU over T tokens of one projection, in place.
+   y: [T][C] pre-conv inputs -> outputs; win: [C][W-1] state; taps: [C][W]; tmp: [W-1+T]. */
+static void short_conv(float *y, float *win, const float *taps, uint32_t C, uint32_t W, uint32_t T, float *tmp)
+{
+    uint32_t h = W - 1;
+    for (uint32_t c = 0; c < C; c++) {
+        for (uint32_t i = 0; i < h; i++) tmp[i] = win[(size_t)c * h + i];
+        for (uint32_t t = 0; t < T; t++) tmp[h + t] = y[(size_t)t * C + c];
+        const float *w = taps + (size_t)c * W;
+        for (uint32_t t = 0; t < T; t++) {
+            float acc = w[0] * tmp[t];                       /* oldest tap first, current last */
+            for (uint32_t i = 1; i < W; i++) acc = acc + w[i] * tmp[t + i];
+            y[(size_t)t * C + c] = k3_siluf(acc);
+        }
+        for (uint32_t i = 0; i < h; i++) win[(size_t)c * h + i] = tmp[T + i];
+    }
+}
+
+k3_err k3_kda(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3_diag *d)
+{
+    (void)d;
+    const k3_dims *z = &m->d;
+    const k3_config *c = m->cfg;
+    k3_weights *w = m->w;
+    uint32_t C = z->C, H = z->H, K = z->K, W = z->W;
+    kda_state *st = &m->kda[layer];
+    float *q = m->t0, *k = m->t1, *v = m->t2, *g = m->t3, *o = m->t4;   /* [T][C] each */
+    k3_lin(m, k3w_get(w, layer, K3W_KDA_Q), x, T, q);
+    k3_lin(m, k3w_get(w, layer, K3W_KDA_K), x, T, k);
+    k3_lin(m, k3w_get(w, layer, K3W_KDA_V), x, T, v);
+    float *proj[3] = {q, k, v};
+    const k3_wid conv_id[3] = {K3W_KDA_QCONV, K3W_KDA_KCONV, K3W_KDA_VCONV};
+    for (int j = 0; j < 3; j++) {
+        float *taps = m->conv_w + (size_t)j * C * W;                   /* [C][W] */
+        k3w_vec(k3w_get(w, layer, conv_id[j]), taps);
+        short_conv(proj[j], st->win + (size_t)j * C * (W - 1), taps, C, W, T, m->convtmp);
+    }
+    /* L2 norm per head, then q * K^-0.5 (pitfall 5) */
+    float qscale = (float)(1.0 / sqrt((double)K));
+    for (uint32_t t = 0; t < T; t++)
+        for (uint32_t hh = 0; hh < H; hh++) {
+            float *qh = q + (size_t)t * C + hh * K, *kh = k + (size_t)t * C + hh * K;
+            float nq = sqrtf((float)k3v_sumsq(qh, K) + 1e-6f), nk = sqrtf((float)k3v_sumsq(kh, K) + 1e-6f);
+            for (uint32_t i = 0; i < K; i++) { qh[i] = qh[i] / nq * qscale; kh[i] = kh[i] / nk; }
+        }
+    /* forget gate g [T][C] and beta [T][H] */
+    float *fa = m->small;                                             /* [T][fa_rank] */
+    k3_lin(m, k3w_get(w, layer, K3W_KDA_FA), x, T, fa);
+    k3_lin(m, k3w_get(w, layer, K3W_KDA_FB), fa, T, g);
+    k3w_vec(k3w_get(w, layer, K3W_KDA_DTBIAS), m->headvec);           /* [C] */
+    k3w_vec(k3w_get(w, layer, K3W_KDA_ALOG), m->alog);                /* [H] */
+    for (uint32_t hh = 0; hh < H; hh++) m->alog[hh] = k3_expf(m->alog[hh]);
+    float lb = (float)c->kda_gate_lower_bound;
+    for (uint32_t t = 0; t < T; t++)
+        for (uint32_t i = 0; i < C; i++) {
+            float zz = g[(size_t)t * C + i] + m->headvec[i], A = m->alog[i / K];
+            g[(size_t)t * C + i] = c->kda_has_lower_bound ? lb * k3_sigmoidf(A * zz) : -A * k3_softplusf(zz);
+        }
+    float *beta = m->small;                                           /* [T][H] (fa is used up) */
+    k3_lin(m, k3w_get(w, layer, K3W_KDA_B), x, T, beta);
+    for (uint32_t i = 0; i < T * H; i++) beta[i] = k3_sigmoidf(beta[i]);
+
+    /* recurrence per head: S <- S * exp(g); u = beta (v - S^T k); S += k u^T; o = S^T q */
+#pragma omp parallel for schedule(static)
+    for (uint32_t hh = 0; hh < H; hh++) {
+        float *S = st->S + (size_t)hh * K * K;                       /* [K][V] */
+        float *ks = m->headtmp + (size_t)hh * 2 * K, *u = ks + K;    /* [K] each */
+        for (uint32_t t = 0; t < T; t++) {
+            const float *gt = g + (size_t)t * C + hh * K, *kt = k + (size_t)t * C + hh * K;
+            const float *qt = q + (size_t)t * C + hh * K, *vt = v + (size_t)t * C + hh * K;
+            float bt = beta[(size_t)t * H + hh];
+            for (uint32_t a = 0; a < K; a++) {
+                float e = k3_expf(gt[a]);
+                for (uint32_t b = 0; b < K; b++) S[a * K + b] = S[a * K + b] * e;
+            }
+            for (uint32_t b = 0; b < K; b++) ks[b] = 0.0f;
+            for (uint32_t a = 0; a < K; a++)
+                for (uint32_t b = 0; b < K; b++) ks[b] = ks[b] + kt[a] * S[a * K + b];
+            for (uint32_t b = 0; b < K; b++) u[b] = bt * (vt[b] - ks[b]);
+            for (uint32_t a = 0; a < K; a++)
+                for (uint32_t b = 0; b < K; b++) S[a * K + b] = S[a * K + b] + kt[a] * u[b];
+            float *ot = o + (size_t)t * C + hh * K;
+            for (uint32_t b = 0; b < K; b++) ot[b] = 0.0f;
+            for (uint32_t a = 0; a < K; a++)
+                for (uint32_t b = 0; b < K; b++) ot[b] = ot[b] + qt[a] * S[a * K + b];
+        }
+    }
+    /* output gate (of x, pitfall 7) and gated RMSNorm per head */
+    float *gate = m->t3;                                              /* [T][C] (g is used up) */
+    if (c->kda_full_rank_gate) {
+        k3_lin(m, k3w_get(w, layer, K3W_KDA_G), x, T, gate);
+    } else {
+        float *ga = m->small;                                         /* [T][ga_rank] */
+        k3_lin(m, k3w_get(w, layer, K3W_KDA_GA), x, T, ga);
+        k3_lin(m, k3w_get(w, layer, K3W_KDA_GB), ga, T, gate);
+    }
+    k3w_vec(k3w_get(w, layer, K3W_KDA_ONORM), m->headvec);           /* [K] */
+    float eps = (float)c->rms_norm_eps;
+    for (uint32_t t = 0; t < T; t++)
+        for (uint32_t hh = 0; hh < H; hh++) {
+            float *oh = o + (size_t)t * C + hh * K;
+            const float *gh = gate + (size_t)t * C + hh * K;
+            float r = k3_rsqrtf((float)(k3v_sumsq(oh, K) / K) + eps);
+            for (uint32_t i = 0; i < K; i++) oh[i] = (oh[i] * r) * m->headvec[i] * k3_sigmoidf(gh[i]);
+        }
+    k3_lin(m, k3w_get(w, layer, K3W_KDA_O), o, T, out);
+    return K3_OK;
+}
+
+k3_err k3_mla(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3_diag *d)
+{
+    (void)d;
+    const k3_dims *z = &m->d;
+    const k3_config *c = m->cfg;
+    k3_weights *w = m->w;
+    uint32_t Hm = z->Hm, dn = z->dn, dr = z->dr, dv = z->dv, R = z->R, qd = dn + dr;
+    float *q = m->t0;                                                 /* [T][Hm*(dn+dr)] */
+    float *ckv = m->t1;                                               /* [T][R+dr] */
+    float *o = m->t2;                                                 /* [T][Hm*dv] */
+    if (z->Q) {
+        float *qa = m->small;                                         /* [T][Q] */
+        k3_lin(m, k3w_get(w, layer, K3W_MLA_QA), x, T, qa);
+        k3w_vec(k3w_get(w, layer, K3W_MLA_QANORM), m->headvec);
+        for (uint32_t t = 0; t < T; t++) k3v_rmsnorm(qa + (size_t)t * z->Q, qa + (size_t)t * z->Q, m->headvec, z->Q, 1e-6f);
+        k3_lin(m, k3w_get(w, layer, K3W_MLA_QB), qa, T, q);
+    } else {
+        k3_lin(m, k3w_get(w, layer, K3W_MLA_Q), x, T, q);
+    }
+    k3_lin(m, k3w_get(w, layer, K3W_MLA_KVA), x, T, ckv);
+    size_t slot = (size_t)m->mla_slot[layer], ctx = m->o.context;
+    float *cache_c = m->mla_c + slot * ctx * R, *cache_kr = m->mla_kr + slot * ctx * dr;   /* [ctx][R], [ctx][dr] */
+    k3w_vec(k3w_get(w, layer, K3W_MLA_KVANORM), m->headvec);
+    for (uint32_t t = 0; t < T; t++) {
+        size_t p = m->pos + t;
+        k3v_rmsnorm(cache_c + p * R, ckv + (size_t)t * (R + dr), m->headvec, R, 1e-6f);   /* eps 1e-6 (pitfall 3) */
+        memcpy(cache_kr + p * dr, ckv + (size_t)t * (R + dr) + R, dr * sizeof(float));  /* k_rope: not normed */
+    }
+    const k3_tensor *kvb = k3w_get(w, layer, K3W_MLA_KVB);             /* [Hm*(dn+dv)][R] BF16 */
+    const uint16_t *kvb_w = kvb->mat.data;
+    float scale = (float)(1.0 / sqrt((double)qd));
+    for (uint32_t t = 0; t < T; t++) {
+        uint32_t np = m->pos + t + 1;                                 /* positions visible: 0 .. pos+t */
+#pragma omp parallel for schedule(static)
+        for (uint32_t hh = 0; hh < Hm; hh++) {
+            const float *qn = q + (size_t)t * Hm * qd + (size_t)hh * qd, *qr = qn + dn;
+            float *ql = m->mla_q + (size_t)hh * R, *s = m->mla_s + (size_t)hh * ctx, *ol = m->mla_ol + (size_t)hh * R;
+            /* q_hat = W_UK_h^T q_nope, in increasing d */
+            for (uint32_t r = 0; r < R; r++) ql[r] = 0.0f;
+            for (uint32_t dd = 0; dd < dn; dd++) {
+                const uint16_t *row = kvb_w + ((size_t)hh * (dn + dv) + dd) * R;
+                float qv = qn[dd];
+                for (uint32_t r = 0; r < R; r++) ql[r] = ql[r] + qv * k3_bf16_to_f32(row[r]);
+            }
+            float mx = -INFINITY;
+            for (uint32_t tau = 0; tau < np; tau++) {
+                s[tau] = (k3v_dot(ql, cache_c + (size_t)tau * R, R) + k3v_dot(qr, cache_kr + (size_t)tau * dr, dr)) * scale;
+                if (s[tau] > mx) mx = s[tau];
+            }
+            double sum = 0;
+            for (uint32_t tau = 0; tau < np; tau++) { s[tau] = k3_expf(s[tau] - mx); sum += s[tau]; }
+            for (uint32_t r = 0; r < R; r++) ol[r] = 0.0f;
+            for (uint32_t tau = 0; tau < np; tau++) {
+                float p = (float)(s[tau] / sum);
+                const float *cr = cache_c + (size_t)tau * R;
+                for (uint32_t r = 0; r < R; r++) ol[r] = ol[r] + p * cr[r];
+            }
+            /* o_h = W_UV_h ol: rows [h*(dn+dv)+dn, (h+1)*(dn+dv)) of kv_b, canonical kernel order */
+            k3_mat uv = {.enc = K3_ENC_BF16, .rows = dv, .cols = R,
+                         .data = kvb_w + ((size_t)hh * (dn + dv) + dn) * R};
+            k3_matmul_rows(m->o.isa, &uv, ol, R, 1, o + (size_t)t * Hm * dv + (size_t)hh * dv, dv, 0, dv);
+        }
+    }
+    if (c->mla_use_output_gate) {
+        float *gt = m->t3;                                            /* [T][Hm*dv] */
+        k3_lin(m, k3w_get(w, layer, K3W_MLA_G), x, T, gt);
+        for (size_t i = 0; i < (size_t)T * Hm * dv; i++) o[i] = o[i] * k3_sigmoidf(gt[i]);
+    }
+    k3_lin(m, k3w_get(w, layer, K3W_MLA_O), o, T, out);
+    return K3_OK;
+}

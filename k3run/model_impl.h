@@ -1,0 +1,93 @@
+/*
+ * model_impl.h - private to model*.c: the model's dimensions, states and
+ * scratch buffers, and the small fixed-order vector helpers they share.
+ */
+#ifndef K3_MODEL_IMPL_H
+#define K3_MODEL_IMPL_H
+
+#include "k3_config.h"
+#include "model.h"
+
+typedef struct k3_dims {
+    uint32_t D, L, V;             /* hidden, layers, vocab */
+    uint32_t H, K, C, W;          /* KDA heads, head dim, H*K, conv width */
+    uint32_t fa_rank, ga_rank;    /* KDA gate low ranks (f_a rows, g_a rows; 0 = full-rank gate) */
+    uint32_t Hm, dn, dr, dv, R, Q;/* MLA heads, nope/rope/v dims, kv_lora, q_lora (0 = plain q) */
+    uint32_t I;                   /* dense FFN width */
+    uint32_t E, k, Ie, Dl, Ish;   /* experts, top-k, expert width, latent width (D if none), shared width */
+    uint32_t block;               /* AttnRes block size, 0 = plain residual */
+    uint32_t n_blocks;            /* AttnRes blocks at most: ceil(L / block) */
+    uint32_t n_mla;               /* MLA layers */
+} k3_dims;
+
+typedef struct kda_state {
+    float *win;                   /* [3][C][W-1] last pre-conv q, k, v inputs, oldest first */
+    float *S;                     /* [H][K][V=K] recurrent state */
+} kda_state;
+
+struct k3_model {
+    k3_weights *w;
+    const k3_config *cfg;
+    k3_model_opts o;
+    k3_dims d;
+    uint32_t pos;
+    int32_t *mla_slot;            /* [L] index of a layer's MLA cache, -1 for KDA layers */
+    kda_state *kda;               /* [L] (NULL buffers for MLA layers) */
+    float *mla_c;                 /* [n_mla][context][R] normed latents */
+    float *mla_kr;                /* [n_mla][context][dr] raw k_rope */
+
+    /* residual stream, [B][D] each (B = max_batch) */
+    float *h, *a_in, *x, *att, *m_in, *f;
+    float *blocks;                /* [n_blocks][B][D] frozen AttnRes blocks */
+    float *vec;                   /* [vmax = max(D, C, Q, R, Dl)] a norm / query vector as fp32 */
+    float *vec2;                  /* [vmax] */
+
+    /* attention scratch */
+    float *t0, *t1, *t2, *t3, *t4;/* [B][tw = max(D, C, Hm*(dn+dr), Hm*dv, R+dr)] */
+    float *small;                 /* [B][max(fa_rank, ga_rank, Q, H)] */
+    float *conv_w;                /* [3][C][W] conv taps of the current layer */
+    float *convtmp;               /* [W-1+B] one channel's inputs */
+    float *headtmp;               /* [H][2K] per-head S^T k and u */
+    float *headvec;               /* [vmax] dt_bias, o_norm, q_a / kv_a norms */
+    float *alog;                  /* [H] */
+    float *mla_q;                 /* [Hm][R] absorbed queries (one token) */
+    float *mla_s;                 /* [Hm][context] scores */
+    float *mla_ol;                /* [Hm][R] latent outputs */
+
+    /* FFN / MoE scratch */
+    float *g, *u;                 /* [B][max(I, Ish, Ie)] */
+    float *logits_e;              /* [B][E] router scores (sigmoid) */
+    float *bias;                  /* [E] */
+    float *sel;                   /* [E] biased scores of one token */
+    int32_t *idx;                 /* [B][k] chosen experts */
+    float *wts;                   /* [B][k] their weights */
+    float *xl, *yl;               /* [B][Dl] */
+    float *Y;                     /* [B][k][Dl] per-slot expert outputs */
+    float *xe, *ye;               /* [B][Dl] one expert's gathered tokens */
+    int32_t *uniq;                /* [min(B*k, E)] experts used by the batch */
+    int32_t *tok_of, *slot_of;    /* [B*k] token / slot of each gathered row */
+    k3_expert *ex;                /* [min(B*k, E)] */
+    uint8_t *seen;                /* [E] */
+
+    float *logits;                /* [B or 1][V] */
+    uint32_t n_logits;            /* rows of logits from the last forward */
+    uint64_t bytes;               /* everything above */
+};
+
+/* Fixed-order helpers (model.c). The same code runs on every ISA. */
+float k3v_dot(const float *a, const float *b, uint32_t n);     /* 8 lanes, fixed tree */
+double k3v_sumsq(const float *a, uint32_t n);                   /* in order, double */
+/* y[i] = w[i] * (x[i] * r), r = 1/sqrt(mean(x^2) + eps); w may be NULL (no weight) */
+void k3v_rmsnorm(float *y, const float *x, const float *w, uint32_t n, float eps);
+void k3_glu(const k3_config *c, float *g, const float *u, uint32_t n);   /* g <- act(g) * u */
+
+/* Layers (model_attn.c, model_ffn.c): x [T][D] normed input -> out [T][D]. */
+k3_err k3_kda(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3_diag *d);
+k3_err k3_mla(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3_diag *d);
+k3_err k3_dense(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3_diag *d);
+k3_err k3_moe(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3_diag *d);
+
+/* y [T][rows] = W x [T][cols] with the model's ISA */
+void k3_lin(const k3_model *m, const k3_tensor *t, const float *x, uint32_t T, float *y);
+
+#endif
