@@ -1,4 +1,5 @@
 /* sampler.c - see sampler.h. */
+#define _GNU_SOURCE
 #include "sampler.h"
 
 #include <math.h>
@@ -69,11 +70,11 @@ void k3_sampler_accept(k3_sampler *s, int32_t id)
 }
 
 /* descending value, then ascending id: a total order, so qsort is deterministic */
-static const float *sort_vals;
-static int by_value(const void *a, const void *b)
+static int by_value(const void *a, const void *b, void *ctx)
 {
+    const float *vals = ctx;
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    float vx = sort_vals[x], vy = sort_vals[y];
+    float vx = vals[x], vy = vals[y];
     if (vx > vy) return -1;
     if (vx < vy) return 1;
     return (x > y) - (x < y);
@@ -96,8 +97,7 @@ int32_t k3_sampler_next(k3_sampler *s, const float *logits)
     }
     /* candidates sorted by logit; top-k cut */
     for (uint32_t i = 0; i < n; i++) s->order[i] = (int32_t)i;
-    sort_vals = v;
-    qsort(s->order, n, sizeof *s->order, by_value);
+    qsort_r(s->order, n, sizeof *s->order, by_value, v);
     uint32_t m = s->o.top_k && s->o.top_k < n ? s->o.top_k : n;
     /* softmax at temperature over the candidates, in sorted order */
     float mx = v[s->order[0]];

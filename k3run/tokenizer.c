@@ -93,7 +93,11 @@ static long b64_decode(const uint8_t *s, size_t n, uint8_t *out, const char **wh
         uint32_t v = 0;
         for (size_t k = 0; k < 4; k++) {
             int x = (i + k >= n - pad) ? 0 : b64_val(s[i + k]);
-            if (x < 0) { *why = "bad base64: a character outside A-Z a-z 0-9 + / ="; return -1; }
+            if (x < 0) {
+                *why = s[i + k] == '=' ? "bad base64: '=' before the end"
+                                       : "bad base64: a character outside A-Z a-z 0-9 + / =";
+                return -1;
+            }
             v = v << 6 | (uint32_t)x;
         }
         out[o++] = (uint8_t)(v >> 16);
@@ -349,7 +353,7 @@ static k3_err build_tables(const char *tik_path, const char *cfg_path, k3_tok *t
     }
     for (int b = 0; b < 256; b++) {
         uint8_t c = (uint8_t)b;
-        if (k3_tok_rank(t, &c, 1) == K3_TOK_NONE)
+        if ((t->byte_rank[b] = k3_tok_rank(t, &c, 1)) == K3_TOK_NONE)
             return k3_fail(d, K3_ERR_FORMAT, "'%s': single byte 0x%02x is not a token (byte-level "
                            "BPE needs all 256)", tik_path, b);
     }

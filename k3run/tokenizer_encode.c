@@ -22,7 +22,7 @@
 /* the split pattern                                                          */
 
 /* Code points Unicode 15.0 (the regex module) adds to each class over PCRE2
-   10.42's Unicode 14.0 tables (tests/tokenizer/check_classes.py lists them). */
+   10.42's Unicode 14.0 tables (tests/tokenizer/unicode_ranges.py prints them). */
 #define U15_HAN "\\x{2B739}\\x{31350}-\\x{323AF}"
 #define U15_LL "\\x{1DF25}-\\x{1DF2A}"
 #define U15_LM "\\x{1E030}-\\x{1E06D}\\x{1E4EB}"
@@ -288,14 +288,21 @@ typedef struct encoder {
     uint64_t *heap;                      /* [3 * scap] min-heap of pair rank << 32 | start */
 } encoder;
 
+static k3_err reserve_ids(encoder *en, size_t want, k3_diag *d)
+{
+    if (want <= *en->cap) return K3_OK;
+    int32_t *p = realloc(*en->ids, want * sizeof *p);
+    if (!p) return k3_fail(d, K3_ERR_NOMEM, "out of memory for %zu token ids", want);
+    *en->ids = p;
+    *en->cap = want;
+    return K3_OK;
+}
+
 static k3_err push_id(encoder *en, uint32_t id, k3_diag *d)
 {
     if (*en->n == *en->cap) {
-        size_t nc = *en->cap ? *en->cap * 2 : 256;
-        int32_t *p = realloc(*en->ids, nc * sizeof *p);
-        if (!p) return k3_fail(d, K3_ERR_NOMEM, "out of memory for %zu token ids", nc);
-        *en->ids = p;
-        *en->cap = nc;
+        k3_err e = reserve_ids(en, *en->cap * 2 + 64, d);
+        if (e) return e;
     }
     (*en->ids)[(*en->n)++] = (int32_t)id;
     return K3_OK;
@@ -303,7 +310,7 @@ static k3_err push_id(encoder *en, uint32_t id, k3_diag *d)
 
 static k3_err grow_scratch(encoder *en, size_t n, k3_diag *d)
 {
-    size_t c = en->scap ? en->scap : 64;
+    size_t c = en->scap ? en->scap : 1024;   /* most pieces are far shorter: one allocation */
     while (c < n) c *= 2;
     free(en->nxt); free(en->prv); free(en->pair); free(en->part); free(en->heap);
     en->nxt = malloc(c * sizeof *en->nxt);
@@ -373,7 +380,7 @@ static k3_err bpe(encoder *en, const uint8_t *s, size_t n, k3_diag *d)
     for (uint32_t i = 0; i < n; i++) {
         en->nxt[i] = i + 1;
         en->prv[i] = i ? i - 1 : K3_TOK_NONE;
-        en->part[i] = k3_tok_rank(en->t, s + i, 1);
+        en->part[i] = en->t->byte_rank[s[i]];
     }
     for (uint32_t i = 0; i < n; i++) {
         en->pair[i] = pair_rank(en, s, n, i);
@@ -415,7 +422,9 @@ k3_err k3_tok_encode(const k3_tok *t, const char *text, size_t len, int special,
                      int32_t **ids, size_t *n, size_t *cap, k3_diag *d)
 {
     encoder en = {.t = t, .ids = ids, .n = n, .cap = cap};
-    k3_err e = k3_tok_split(t, text, len, special, encode_piece, &en, d);
+    /* Typical text is 0.2-0.5 ids a byte (never more than 1): reserve once, double if short. */
+    k3_err e = reserve_ids(&en, *n + len / 2 + 64, d);
+    if (!e) e = k3_tok_split(t, text, len, special, encode_piece, &en, d);
     free(en.nxt); free(en.prv); free(en.pair); free(en.part); free(en.heap);
     return e;
 }

@@ -37,6 +37,7 @@ struct k3_tok {
     uint32_t *off;                      /* [n_ids + 1] id i is bytes[off[i] .. off[i+1]) */
     k3_tok_slot *slots;                 /* [mask + 1] rank lookup by bytes, load <= 1/2 */
     uint32_t mask;                      /* table size - 1 (a power of two - 1) */
+    uint32_t byte_rank[256];            /* [256] rank of each single byte */
     uint8_t named[K3_TOK_N_SPECIAL];    /* [256] 1 if the name came from added_tokens_decoder */
     uint16_t sp_order[K3_TOK_N_SPECIAL];/* [256] special indexes (id - n_ranks) sorted by
                                            first byte, then longest name first */

@@ -10,6 +10,20 @@ tiktoken, what Kimi's ``tokenization_kimi.py`` does:
 
 Ids are ranks; 256 reserved special ids follow the last rank. No BOS is added.
 Only the standard library and the ``regex`` module are used.
+
+Bytes that are not UTF-8 (k3's rule, not Kimi's: Kimi's encode() takes str
+only). ``Tokenizer.encode_bytes(data)`` encodes any byte string: ``data`` is cut
+into maximal runs of valid UTF-8 (RFC 3629: no overlong forms, no surrogates,
+nothing above U+10FFFF) and the bytes outside them; each run is encoded on its
+own exactly as ``encode(run)`` (chunking included, so the 400 000 / 25 000
+counts restart after an invalid byte) and each invalid byte becomes the one id
+of its single-byte token. Reading left to right, a valid sequence is taken
+whole and a byte where none starts is invalid and taken alone; these are
+exactly the bytes Python's "surrogateescape" decoding turns into
+U+DC80..U+DCFF. decode(encode_bytes(x)) == x for every x,
+and encode_bytes(s.encode()) == encode(s) for every str s. NUL is valid UTF-8
+(U+0000) and needs no rule. k3's C tokenizer (k3run/tokenizer_encode.c) does
+the same; docs/k3run-tokenizer.md has the details.
 """
 
 import base64
@@ -92,6 +106,24 @@ def chunk_text(text, max_chars=None, max_run=None):
     max_run = MAX_NO_WHITESPACES_CHARS if max_run is None else max_run
     for i in range(0, len(text), max_chars):
         yield from split_whitespaces_or_nonwhitespaces(text[i:i + max_chars], max_run)
+
+
+def split_utf8_runs(data):
+    """Cut bytes into maximal valid UTF-8 runs (yielded as str) and the bytes
+    outside them (yielded one by one as int), in order."""
+    s = data.decode("utf-8", "surrogateescape")
+    run = []
+    for ch in s:
+        o = ord(ch)
+        if 0xDC80 <= o <= 0xDCFF:   # an escaped invalid byte
+            if run:
+                yield "".join(run)
+                run = []
+            yield o - 0xDC00
+        else:
+            run.append(ch)
+    if run:
+        yield "".join(run)
 
 
 # ---------------------------------------------------------------------------
@@ -311,6 +343,19 @@ class Tokenizer:
         out = []
         for chunk in chunk_text(text):
             self._encode_chunk(chunk, allow_special, out)
+        return out
+
+    def encode_bytes(self, data, allow_special=False):
+        """Encode any bytes (see the module docstring): valid UTF-8 runs as
+        ``encode(run, allow_special)``, every other byte as its single-byte id."""
+        if not isinstance(data, (bytes, bytearray)):
+            raise TypeError("encode_bytes() takes bytes, got %s" % type(data).__name__)
+        out = []
+        for part in split_utf8_runs(bytes(data)):
+            if isinstance(part, int):
+                out.append(self.ranks[bytes([part])])
+            else:
+                out.extend(self.encode(part, allow_special))
         return out
 
     # -- decoding ----------------------------------------------------------
