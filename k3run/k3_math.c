@@ -72,10 +72,18 @@ static double tanh_d(double x)
 
 float k3_tanhf(float x) { return (float)tanh_d(x); }
 
+/* log(1 + y) for y >= 0 without losing small y (Goldberg: log(u) * y / (u - 1), u = 1 + y). */
+static double log1p_d(double y)
+{
+    double u = 1.0 + y;
+    if (u == 1.0) return y;
+    return log_d(u) * y / (u - 1.0);
+}
+
 float k3_softplusf(float x)
 {
     if (x > 20.0f) return x;
-    return (float)log_d(1.0 + exp_d(x));
+    return (float)log1p_d(exp_d(x));
 }
 
 float k3_situf(float g, float u, float b, float bl)

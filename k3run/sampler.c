@@ -21,7 +21,7 @@ k3_err k3_sampler_check(const k3_sampler_opts *o, k3_diag *d)
     return K3_OK;
 }
 
-static uint32_t pcg32(k3_sampler *s)
+uint32_t k3_sampler_u32(k3_sampler *s)
 {
     uint64_t old = s->state;
     s->state = old * 6364136223846793005ULL + s->inc;
@@ -29,9 +29,18 @@ static uint32_t pcg32(k3_sampler *s)
     return (xs >> rot) | (xs << ((-rot) & 31));
 }
 
+void k3_sampler_seed(k3_sampler *s, uint64_t initstate, uint64_t initseq)
+{
+    s->inc = (initseq << 1u) | 1u;                                /* pcg32_srandom_r */
+    s->state = 0;
+    k3_sampler_u32(s);
+    s->state += initstate;
+    k3_sampler_u32(s);
+}
+
 double k3_sampler_uniform(k3_sampler *s)
 {
-    uint64_t hi = pcg32(s) >> 5, lo = pcg32(s) >> 6;          /* 27 + 26 bits */
+    uint64_t hi = k3_sampler_u32(s) >> 5, lo = k3_sampler_u32(s) >> 6;          /* 27 + 26 bits */
     return (double)(hi * 67108864.0 + lo) / 9007199254740992.0;
 }
 
@@ -46,11 +55,7 @@ k3_err k3_sampler_init(k3_sampler *s, const k3_sampler_opts *o, uint32_t vocab, 
     s->order = malloc((size_t)vocab * sizeof *s->order);
     s->seen = calloc(vocab, 1);
     if (!s->val || !s->order || !s->seen) { k3_sampler_free(s); return k3_fail(d, K3_ERR_NOMEM, "out of memory"); }
-    s->inc = (o->seed << 1u) | 1u;                               /* PCG32 seeding as in pcg32_srandom */
-    s->state = 0;
-    pcg32(s);
-    s->state += 0x853c49e6748fea9bULL ^ o->seed;
-    pcg32(s);
+    k3_sampler_seed(s, 0x853c49e6748fea9bULL ^ o->seed, o->seed);
     return K3_OK;
 }
 

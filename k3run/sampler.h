@@ -38,7 +38,11 @@ void k3_sampler_free(k3_sampler *s);
 void k3_sampler_accept(k3_sampler *s, int32_t id);
 /* Choose the next token from logits [vocab]. */
 int32_t k3_sampler_next(k3_sampler *s, const float *logits);
-/* The PRNG (exposed for tests): next uniform double in [0, 1) with 53 random bits. */
+/* The PRNG, PCG32 XSH-RR with pcg32_srandom_r's seeding (k3_sampler_init uses
+   initstate = 0x853c49e6748fea9b ^ seed, initseq = seed). Exposed for tests. */
+void k3_sampler_seed(k3_sampler *s, uint64_t initstate, uint64_t initseq);
+uint32_t k3_sampler_u32(k3_sampler *s);
+/* Uniform double in [0, 1) from 53 random bits (two draws). */
 double k3_sampler_uniform(k3_sampler *s);
 
 #endif
