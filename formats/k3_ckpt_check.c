@@ -35,6 +35,7 @@ int k3_dtype_from_enc(int enc)
 int k3_pack_parts(const k3_xtensor *x, const char *name, int expert, int quantize, k3_pack_part out[2])
 {
     memset(out, 0, 2 * sizeof *out);
+    if (strlen(name) + sizeof ".weight_packed" > sizeof out[0].name) return -2;   /* never truncate a name */
     snprintf(out[0].name, sizeof out[0].name, "%s", name);
     out[0].ndim = x->rank > 4 ? 4 : x->rank;
     memcpy(out[0].shape, x->shape, sizeof out[0].shape);

@@ -42,7 +42,8 @@ int k3_dtype_from_enc(int enc);
 
 /* One entry a checkpoint tensor becomes in a pack (docs/FORMAT.md 2.3, 3, 4). */
 typedef struct k3_pack_part {
-    char name[64];               /* entry name: the tensor name, or the record part name */
+    char name[256];              /* entry name: the tensor name, or the record part name; a manifest
+                                    name is at most 255 bytes (K3's longest is 64) */
     int enc;                     /* K3_ENC_* */
     int ndim;
     uint64_t shape[4];
@@ -55,7 +56,8 @@ typedef struct k3_pack_part {
  * BF16 expert "wX.weight" [r, c] becomes two parts, "wX.weight_packed" MXFP4
  * [r, c] and "wX.weight_scale" E8M0 [r, c/32]; anything else is a copy in its
  * own encoding. Returns the number of parts (1 or 2), 0 if the dtype cannot
- * be stored, -1 if a quantized weight is not 2-D with columns a multiple of 32.
+ * be stored, -1 if a quantized weight is not 2-D with columns a multiple of 32, -2 if
+ * the name (with a part suffix) would not fit k3_pack_part.name.
  */
 int k3_pack_parts(const k3_xtensor *x, const char *name, int expert, int quantize, k3_pack_part out[2]);
 

@@ -144,6 +144,11 @@ k3_err pk_plan_build(pk_plan *p, const char *config_text, size_t config_len, pk_
             const char *sfx = experts ? strstr(x->name, ".experts.0.") + strlen(".experts.0.") : x->name;
             k3_pack_part parts[2];
             int np = k3_pack_parts(x, sfx, experts, p->quantize, parts);
+            if (np == -2) {
+                e = k3_fail(d, K3_ERR_UNSUPPORTED, "tensor '%s': the name is too long for a pack (at most %zu bytes)",
+                            x->name, sizeof parts[0].name - sizeof ".weight_packed");
+                goto out;
+            }
             if (np < 0) {
                 /* checked here, not when the bytes arrive: --dry-run and the
                    validation before writing must refuse what cannot be written */
