@@ -70,5 +70,12 @@ void k3_kern_rows_avx2(const k3_mat *W, const float *x, size_t ldx, uint32_t T,
                        float *y, size_t ldy, uint32_t r0, uint32_t r1);
 void k3_kern_rows_avx512(const k3_mat *W, const float *x, size_t ldx, uint32_t T,
                          float *y, size_t ldy, uint32_t r0, uint32_t r1);
+/*
+ * For the tests only (kern_avx2.c): the AVX-512 path's structure (two rows per
+ * vector, kern_simd.h with KS_NR 2) run on pairs of AVX2 registers, so that it
+ * is checked bit for bit on CPUs without AVX-512. Needs AVX2 + FMA.
+ */
+void k3_kern_rows_avx2x2(const k3_mat *W, const float *x, size_t ldx, uint32_t T,
+                         float *y, size_t ldy, uint32_t r0, uint32_t r1);
 
 #endif

@@ -1,0 +1,503 @@
+/*
+ * kern_simd.h - the vector kernels of kern.h written once, for any vector that
+ * holds KS_NR rows of 8 fp32 lanes (docs/KERNELS.md, "How each path implements
+ * it"). Included by kern_avx2.c (KS_NR 1: one __m256 per row; and KS_NR 2:
+ * pairs of __m256, the test stand-in for AVX-512) and by kern_avx512.c
+ * (KS_NR 2: one __m512 = two rows, each 256-bit half doing exactly what the
+ * AVX2 code does for one row).
+ *
+ * The includer defines, before including:
+ *   KS_NR                 1 or 2 (rows per vector)
+ *   KS_FN(name)           name mangling (static functions get a suffix)
+ *   ks_vf, ks_vi          the float and integer vector types
+ * and these operations, every one acting on each 256-bit half (one row)
+ * exactly as the AVX2 instruction of the same name acts on a ymm register:
+ *   ks_zero() ks_fma(a,b,c)=a*b+c ks_sub ks_mul ks_orf(vf,vi) ks_and ks_srli32
+ *   ks_slli32 ks_pshufb(table,index) ks_shuf_even(a,b)=shufps 0x88
+ *   ks_shuf_odd=shufps 0xDD ks_unplo16/ks_unphi16=punpck{l,h}wd
+ *   ks_permq_d8=vpermq 0xD8 ks_if (cast)
+ * and these loads/stores, where p0 belongs to the first row of the vector
+ * and p1 to the second (ignored when KS_NR is 1):
+ *   ks_ldx8(p)       8 floats of x, the same in every half
+ *   ks_ld256(p0,p1)  32 bytes per half
+ *   ks_bq(p0,p1)     8 bytes repeated 4 times per half
+ *   ks_b128(p0,p1)   16 bytes repeated twice per half
+ *   ks_bf(p0,p1)     1 float repeated 8 times per half
+ *   ks_c32(p)        a 32-byte constant, the same in every half
+ *   ks_set1i(c)      a 32-bit integer in every element
+ *   ks_halves(v,o0,o1)    store half h to o_h (8 floats)
+ *   ks_reg(v)             a hint: keep v in a register (no effect on values)
+ */
+#ifndef KS_NR
+#error "define KS_NR and the ks_* operations before including kern_simd.h"
+#endif
+
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "k3_num.h"
+#include "k3_shard.h"
+#include "kern.h"
+
+#define KS_INLINE static inline __attribute__((always_inline))
+/* prefetch p + off bytes (integer arithmetic: the address may lie past the matrix) */
+#define KS_PREFETCH(p, off) __builtin_prefetch((const void *)((uintptr_t)(p) + (off)))
+#define KS_RMV 4          /* row vectors per pass of the matrix-vector kernels */
+#define KS_SB 32          /* rows per block of the matrix-matrix kernel */
+#define KS_RP 4           /* row vectors per panel (even; KS_SB multiple of KS_RP * KS_NR) */
+#define KS_TT 3           /* tokens per register tile */
+#define KS_KC 512         /* columns per panel (multiple of 32) */
+#define KS_TC 16          /* tokens per chunk */
+
+#ifndef KS_TABLES
+#define KS_TABLES
+/*
+ * MXFP4 decode without a multiply ("fast" path, scale codes 2..209): the
+ * element code c of a block with scale code s sits in byte 0 of a 32-bit lane
+ * whose other bytes are 0; one pshufb through the 16-byte table ks_lut[s]
+ * gives the lane the bytes [v(c), b0, b0, b0] (b0 = ks_lut[s][0], index 0),
+ * i.e. the fp32 number f(c) = (-1)^g (2^(E-127) + (K + v(c)) 2^(E-150)) with
+ * E = s + 22, g = E & 1, b0 = (E >> 1) | g << 7, K = (b0 & 127) << 16 | b0 << 8
+ * (exponent E, sign g, mantissa K + v). The table holds
+ * v(c) = b0 + (-1)^g 2 e2m1(c), in [0, 255] for s in [2, 209], so
+ * f(c) - f(0) = e2m1(c) 2^(s-127) exactly (Sterbenz: same sign and binade);
+ * ks_c[s] is f(0). Codes 0 and 8 both give +0, where the canonical weight of
+ * code 8 is -0: see the zero-result checks in mv and mmul. The "exact" path
+ * uses the table of s = 127 (plain e2m1 values), restores the sign of code 8
+ * and multiplies by ks_e8m0[s] like the canonical definition.
+ */
+#define KS_E(s) ((s) + 22)
+#define KS_B0(s) ((KS_E(s) >> 1) | ((KS_E(s) & 1) << 7))
+#define KS_V(s, d) (uint8_t)(KS_B0(s) + ((KS_E(s) & 1) ? -(d) : (d)))
+#define KS_ROW(s) { KS_V(s, 0), KS_V(s, 1), KS_V(s, 2), KS_V(s, 3), KS_V(s, 4), KS_V(s, 6), \
+    KS_V(s, 8), KS_V(s, 12), KS_V(s, 0), KS_V(s, -1), KS_V(s, -2), KS_V(s, -3), KS_V(s, -4), \
+    KS_V(s, -6), KS_V(s, -8), KS_V(s, -12) }
+#define KS_R4(f, s) f(s), f((s) + 1), f((s) + 2), f((s) + 3)
+#define KS_R16(f, s) KS_R4(f, s), KS_R4(f, (s) + 4), KS_R4(f, (s) + 8), KS_R4(f, (s) + 12)
+#define KS_R256(f) KS_R16(f, 0), KS_R16(f, 16), KS_R16(f, 32), KS_R16(f, 48), KS_R16(f, 64), \
+    KS_R16(f, 80), KS_R16(f, 96), KS_R16(f, 112), KS_R16(f, 128), KS_R16(f, 144), KS_R16(f, 160), \
+    KS_R16(f, 176), KS_R16(f, 192), KS_R16(f, 208), KS_R16(f, 224), KS_R16(f, 240)
+#define KS_CBITS(s) { 0x01010101u * (uint8_t)KS_B0(s) }
+#define KS_E8M0BITS(s) { (s) == 0 ? 0x00400000u : (s) == 255 ? 0x7fc00000u : (uint32_t)(s) << 23 }
+
+typedef union ks_f32 { uint32_t u; float f; } ks_f32;
+static const uint8_t ks_lut[256][16] __attribute__((aligned(16))) = { KS_R256(KS_ROW) };
+static const ks_f32 ks_c[256] = { KS_R256(KS_CBITS) };       /* f of code 0, as a float */
+static const ks_f32 ks_e8m0[256] = { KS_R256(KS_E8M0BITS) }; /* k3_e8m0_to_f32 */
+
+/* Byte j of 8 MXFP4 bytes to byte 0 of lane k: lanes 0-3 take bytes 0,1,4,5,
+ * lanes 4-7 bytes 2,3,6,7 (so even codes sit in the lanes of x0,x2,x8,x10 |
+ * x4,x6,x12,x14, which is shufps(x[0..7], x[8..15], 0x88)). */
+static const int8_t ks_place[32] __attribute__((aligned(32))) = {
+    0, -1, -1, -1, 1, -1, -1, -1, 4, -1, -1, -1, 5, -1, -1, -1,
+    2, -1, -1, -1, 3, -1, -1, -1, 6, -1, -1, -1, 7, -1, -1, -1 };
+/* canonical lane of vector slot k for even (E) and odd (O) codes of 16 elements */
+static const uint8_t ks_lane_e[8] = { 0, 2, 8, 10, 4, 6, 12, 14 };
+static const uint8_t ks_lane_o[8] = { 1, 3, 9, 11, 5, 7, 13, 15 };
+
+/* The fixed reduction tree of kern.h. */
+static inline float ks_reduce16(const float acc[16])
+{
+    float a[8], b[4], c[2];
+    for (int j = 0; j < 8; j++) a[j] = acc[j] + acc[j + 8];
+    for (int j = 0; j < 4; j++) b[j] = a[j] + a[j + 4];
+    for (int j = 0; j < 2; j++) c[j] = b[j] + b[j + 2];
+    return c[0] + c[1];
+}
+
+/* All n scale codes in the fast decode's range [2, 209]? */
+static inline int ks_scales_fast(const uint8_t *s, size_t n)
+{
+    unsigned bad = 0;
+    for (size_t i = 0; i < n; i++) bad |= (uint8_t)(s[i] - 2) > 207;
+    return !bad;
+}
+
+/* Prefetch of the next pass's weights (nq bytes at q) and scales (ns at s),
+ * `step` cache lines of weights per loop step, so that they arrive in time. */
+typedef struct ks_next {
+    const uint8_t *q, *s;
+    size_t nq, ns;
+    uint32_t step;
+} ks_next;
+
+static inline void ks_next_step(const ks_next *nx, uint32_t i)
+{
+    if (!nx) return;
+    for (uint32_t j = 0; j < nx->step; j++) {
+        size_t off = ((size_t)i * nx->step + j) * 64;
+        if (off < nx->nq) KS_PREFETCH(nx->q, off);
+    }
+    if ((size_t)i * 64 < nx->ns) KS_PREFETCH(nx->s, (size_t)i * 64);
+}
+
+/* ng 16-groups of one token's x into dst, each as 8 even elements then 8 odd
+ * ones, in the slot order of the weights: MXFP4 ks_lane_e/o, BF16 0,2,..,14 /
+ * 1,3,..,15 (lanes of the 32-bit pairs of bf16). Plain AVX2 in every path. */
+static inline void ks_pack_x(float *dst, const float *src, uint32_t ng, int bf16)
+{
+    for (uint32_t g = 0; g < ng; g++) {
+        __m256 a = _mm256_loadu_ps(src + 16 * g), b = _mm256_loadu_ps(src + 16 * g + 8);
+        __m256 e = _mm256_shuffle_ps(a, b, 0x88), o = _mm256_shuffle_ps(a, b, 0xDD);
+        if (bf16) {                        /* 0,2,8,10 | 4,6,12,14 -> 0,2,4,6 | 8,10,12,14 */
+            e = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), 0xD8));
+            o = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(o), 0xD8));
+        }
+        _mm256_storeu_ps(dst + 16 * g, e);
+        _mm256_storeu_ps(dst + 16 * g + 8, o);
+    }
+}
+
+/* Elements [i0, cols) of a BF16 row, lane by lane (the tail of a row whose
+ * length is not a multiple of 16); fmaf is a fused multiply-add here. */
+static inline void ks_tail_bf16(const uint16_t *w, const float *x, uint32_t i0, uint32_t cols,
+                                float lanes[16])
+{
+    for (uint32_t i = i0; i < cols; i++)
+        lanes[i % 16] = fmaf(k3_bf16_to_f32(w[i]), x[i], lanes[i % 16]);
+}
+#endif /* KS_TABLES */
+
+/* ---- decoding: 16 BF16 weights of each row -> lanes 0-7 (lo) and 8-15 (hi) */
+KS_INLINE void KS_FN(dec_bf16)(const uint16_t *p0, const uint16_t *p1, ks_vf *lo, ks_vf *hi)
+{
+    ks_vi raw = ks_permq_d8(ks_ld256(p0, p1)); /* per half: bf16 0-3, 8-11 | 4-7, 12-15 */
+    ks_vi z = ks_set1i(0);
+    *lo = ks_if(ks_unplo16(z, raw));           /* bf16 << 16: elements 0-7 */
+    *hi = ks_if(ks_unphi16(z, raw));           /* elements 8-15 */
+}
+
+/* ---- decoding: 32 MXFP4 weights (one block) of each row, in E/O slot order:
+ * w[0] even elements 0-14, w[1] odd 1-15, w[2] even 16-30, w[3] odd 17-31. */
+KS_INLINE void KS_FN(dec_mx)(const uint8_t *q0, const uint8_t *q1, int s0, int s1, int exact,
+                             ks_vf w[4])
+{
+    const ks_vi place = ks_c32(ks_place), m15 = ks_set1i(15);
+    ks_vi pa = ks_pshufb(ks_bq(q0, q1), place);          /* byte j in byte 0 of its lane */
+    ks_vi pb = ks_pshufb(ks_bq(q0 + 8, q1 + 8), place);
+    ks_vi code[4] = { ks_and(pa, m15), ks_srli32(pa, 4), ks_and(pb, m15), ks_srli32(pb, 4) };
+    if (!exact) {
+        ks_vi lut = ks_b128(ks_lut[s0], ks_lut[s1]);
+        ks_vf c = ks_bf(&ks_c[s0].f, &ks_c[s1].f);
+        for (int j = 0; j < 4; j++) w[j] = ks_sub(ks_if(ks_pshufb(lut, code[j])), c);
+    } else {
+        ks_vi lut = ks_b128(ks_lut[127], ks_lut[127]), m8 = ks_set1i(8);
+        ks_vf c = ks_bf(&ks_c[127].f, &ks_c[127].f);
+        ks_vf scale = ks_bf(&ks_e8m0[s0].f, &ks_e8m0[s1].f);
+        for (int j = 0; j < 4; j++) {
+            ks_vf e2m1 = ks_sub(ks_if(ks_pshufb(lut, code[j])), c);       /* +0 for code 8 */
+            e2m1 = ks_orf(e2m1, ks_slli32(ks_and(code[j], m8), 28));      /* -0 for code 8 */
+            w[j] = ks_mul(e2m1, scale);                                   /* the canonical product */
+        }
+    }
+}
+
+/* ---- matrix-vector, BF16: R row vectors (R * KS_NR rows: row[k][h]) ---- */
+KS_INLINE void KS_FN(bf16_mv)(const k3_mat *W, const float *x, float *y, const uint32_t row[][2],
+                              int R, const ks_next *nx)
+{
+    const uint32_t cols = W->cols, ng = cols / 16;
+    const uint16_t *p[KS_RMV][2];                               /* row starts, [cols] bf16 each */
+    ks_vf lo[KS_RMV], hi[KS_RMV];                               /* lanes 0-7 and 8-15 */
+    for (int k = 0; k < R; k++) {
+        for (int h = 0; h < 2; h++) p[k][h] = (const uint16_t *)W->data + (size_t)row[k][h] * cols;
+        lo[k] = hi[k] = ks_zero();
+    }
+    for (uint32_t g = 0; g < ng; g++) {
+        ks_vf xl = ks_ldx8(x + 16 * g), xh = ks_ldx8(x + 16 * g + 8);
+        ks_next_step(nx, g);
+        for (int k = 0; k < R; k++) {
+            ks_vf wl, wh;
+            KS_FN(dec_bf16)(p[k][0] + 16 * g, p[k][1] + 16 * g, &wl, &wh);
+            lo[k] = ks_fma(wl, xl, lo[k]);
+            hi[k] = ks_fma(wh, xh, hi[k]);
+        }
+    }
+    for (int k = 0; k < R; k++) {
+        float lanes[2][16];
+        ks_halves(lo[k], lanes[0], lanes[1]);
+        ks_halves(hi[k], lanes[0] + 8, lanes[1] + 8);
+        for (int h = 0; h < KS_NR; h++) {
+            ks_tail_bf16(p[k][h], x, ng * 16, cols, lanes[h]);
+            y[row[k][h]] = ks_reduce16(lanes[h]);     /* a duplicated row writes the same value */
+        }
+    }
+}
+
+/* ---- matrix-vector, MXFP4 ---- */
+KS_INLINE void KS_FN(mx_mv)(const k3_mat *W, const float *x, float *y, const uint32_t row[][2],
+                            int R, int exact, const ks_next *nx)
+{
+    const uint32_t nb = W->cols / 32;
+    const uint8_t *q[KS_RMV][KS_NR], *s[KS_RMV][KS_NR]; /* [cols/2] codes, [cols/32] scales per row */
+    ks_vf ae[KS_RMV], ao[KS_RMV];                       /* E and O slots (ks_lane_e, ks_lane_o) */
+    for (int k = 0; k < R; k++) {
+        for (int h = 0; h < KS_NR; h++) {
+            q[k][h] = (const uint8_t *)W->data + (size_t)row[k][h] * (W->cols / 2);
+            s[k][h] = W->scales + (size_t)row[k][h] * nb;
+        }
+        ae[k] = ao[k] = ks_zero();
+    }
+    for (uint32_t b = 0; b < nb; b++) {
+        const float *xb = x + 32 * b;
+        ks_vf x0 = ks_ldx8(xb), x1 = ks_ldx8(xb + 8), x2 = ks_ldx8(xb + 16), x3 = ks_ldx8(xb + 24);
+        ks_vf xe0 = ks_shuf_even(x0, x1), xo0 = ks_shuf_odd(x0, x1);
+        ks_vf xe1 = ks_shuf_even(x2, x3), xo1 = ks_shuf_odd(x2, x3);
+        ks_next_step(nx, b);
+        for (int k = 0; k < R; k++) {
+            ks_vf w[4];
+            KS_FN(dec_mx)(q[k][0] + 16 * b, q[k][KS_NR - 1] + 16 * b, s[k][0][b], s[k][KS_NR - 1][b],
+                          exact, w);
+            ae[k] = ks_fma(w[0], xe0, ae[k]);
+            ao[k] = ks_fma(w[1], xo0, ao[k]);
+            ae[k] = ks_fma(w[2], xe1, ae[k]);
+            ao[k] = ks_fma(w[3], xo1, ao[k]);
+        }
+    }
+    for (int k = 0; k < R; k++) {
+        float e[2][8], o[2][8], lanes[16];
+        ks_halves(ae[k], e[0], e[1]);
+        ks_halves(ao[k], o[0], o[1]);
+        for (int h = 0; h < KS_NR; h++) {
+            for (int j = 0; j < 8; j++) {
+                lanes[ks_lane_e[j]] = e[h][j];
+                lanes[ks_lane_o[j]] = o[h][j];
+            }
+            y[row[k][h]] = ks_reduce16(lanes);
+        }
+    }
+}
+
+/* Rows [r0, r1), one token, in passes of R row vectors. */
+static void KS_FN(mv)(const k3_mat *W, const float *x, float *y, uint32_t r0, uint32_t r1)
+{
+    uint32_t r = r0;
+    while (r < r1) {
+        uint32_t row[KS_RMV][2];
+        uint32_t n = r1 - r < KS_RMV * KS_NR ? r1 - r : KS_RMV * KS_NR;
+        int R = (int)((n + KS_NR - 1) / KS_NR);
+        for (int k = 0; k < R; k++)
+            for (int h = 0; h < 2; h++) {
+                uint32_t i = (uint32_t)k * KS_NR + (uint32_t)(h < KS_NR ? h : 0);
+                row[k][h] = r + (i < n ? i : n - 1);  /* past the end: repeat the last row */
+            }
+        /* the next pass's rows are contiguous: prefetch them a line or two per step */
+        ks_next nx;
+        uint32_t nn = r1 - (r + n) < KS_RMV * KS_NR ? r1 - (r + n) : KS_RMV * KS_NR;
+        size_t rb = W->enc == K3_ENC_BF16 ? (size_t)W->cols * 2 : W->cols / 2;  /* row bytes */
+        nx.q = (const uint8_t *)W->data + (size_t)(r + n) * rb;
+        nx.nq = nn * rb;
+        nx.s = W->scales ? W->scales + (size_t)(r + n) * (W->cols / 32) : NULL;
+        nx.ns = W->scales ? nn * (W->cols / 32) : 0;
+        nx.step = (uint32_t)(n * (W->enc == K3_ENC_BF16 ? 32 : 16) + 63) / 64;  /* lines */
+        if (W->enc == K3_ENC_BF16) {
+            switch (R) {
+            case 4: KS_FN(bf16_mv)(W, x, y, row, 4, &nx); break;
+            case 3: KS_FN(bf16_mv)(W, x, y, row, 3, &nx); break;
+            case 2: KS_FN(bf16_mv)(W, x, y, row, 2, &nx); break;
+            default: KS_FN(bf16_mv)(W, x, y, row, 1, &nx); break;
+            }
+        } else {
+            /* the fast decode takes scale codes 2..209 only */
+            const uint8_t *sc = W->scales + (size_t)r * (W->cols / 32);
+            if (!ks_scales_fast(sc, n * (W->cols / 32))) {
+                switch (R) {
+                case 4: KS_FN(mx_mv)(W, x, y, row, 4, 1, &nx); break;
+                case 3: KS_FN(mx_mv)(W, x, y, row, 3, 1, &nx); break;
+                case 2: KS_FN(mx_mv)(W, x, y, row, 2, 1, &nx); break;
+                default: KS_FN(mx_mv)(W, x, y, row, 1, 1, &nx); break;
+                }
+            } else {
+                switch (R) {
+                case 4: KS_FN(mx_mv)(W, x, y, row, 4, 0, &nx); break;
+                case 3: KS_FN(mx_mv)(W, x, y, row, 3, 0, &nx); break;
+                case 2: KS_FN(mx_mv)(W, x, y, row, 2, 0, &nx); break;
+                default: KS_FN(mx_mv)(W, x, y, row, 1, 0, &nx); break;
+                }
+                /* The fast decode gives +0 where the canonical weight is -0 (code 8).
+                 * That changes no sum but the sign of an exact zero (docs/KERNELS.md),
+                 * so a zero result is recomputed exactly. */
+                for (uint32_t i = 0; i < n; i++) {
+                    if (y[r + i] != 0.0f) continue;
+                    uint32_t one[1][2] = { { r + i, r + i } };
+                    KS_FN(mx_mv)(W, x, y, one, 1, 1, NULL);
+                }
+            }
+        }
+        r += n;
+    }
+}
+
+/* ---- matrix-matrix, blocked like a GEMM: for a block of KS_SB rows and
+ * KS_TC tokens, the columns go by in chunks of KS_KC. Each chunk of x is
+ * packed once (contiguous, in the E/O lane order the weights decode to) and
+ * reused by all KS_SB rows; the chunk's weights are decoded, KS_RP row
+ * vectors at a time, into a panel, and register tiles of 2 row vectors x
+ * KS_TT tokens run over it. The lane sums wait in acc between chunks.
+ * Slots: E = even elements, O = odd, in the order of ks_lane_e/o (MXFP4) or
+ * 0,2,..,14 / 1,3,..,15 (BF16: the halves of 32-bit pairs of bf16). */
+#define KS_SV (KS_SB / KS_NR)           /* row vectors per block */
+typedef struct KS_FN(mm) {
+    ks_vf pan[KS_RP][KS_KC / 16][2];    /* [row vector][16-group][E/O] decoded weights */
+    ks_vf acc[KS_SV][KS_TC][2];         /* [row vector][token][E/O] lane sums */
+    float xp[KS_TC][KS_KC];             /* [token][16-group: 8 E, 8 O] this chunk of x */
+    uint32_t row[KS_SV][2];             /* [row vector][half] row index */
+} KS_FN(mm);
+
+/* Prefetch 16-groups [g0, g0+ng) of row vectors [v0, v0+KS_RP). */
+static void KS_FN(mm_prefetch)(const KS_FN(mm) *m, const k3_mat *W, int v0, uint32_t g0, uint32_t ng)
+{
+    for (int k = 0; k < KS_RP; k++)
+        for (int h = 0; h < KS_NR; h++) {
+            size_t r = m->row[v0 + k][h];
+            if (W->enc == K3_ENC_BF16) {
+                const uint16_t *p = (const uint16_t *)W->data + r * W->cols;
+                for (uint32_t g = g0; g < g0 + ng; g += 2) __builtin_prefetch(p + 16 * g);
+            } else {
+                const uint8_t *q = (const uint8_t *)W->data + r * (W->cols / 2);
+                for (uint32_t g = g0; g < g0 + ng; g += 8) __builtin_prefetch(q + 8 * g);
+                __builtin_prefetch(W->scales + r * (W->cols / 32) + g0 / 2);
+            }
+        }
+}
+
+/* Decode 16-groups [g0, g0+ng) of row vectors [v0, v0+KS_RP) into the panel. */
+static void KS_FN(mm_decode)(KS_FN(mm) *m, const k3_mat *W, int v0, uint32_t g0, uint32_t ng)
+{
+    for (int k = 0; k < KS_RP; k++) {
+        const uint32_t *row = m->row[v0 + k];
+        if (W->enc == K3_ENC_BF16) {
+            const uint16_t *p0 = (const uint16_t *)W->data + (size_t)row[0] * W->cols;
+            const uint16_t *p1 = (const uint16_t *)W->data + (size_t)row[1] * W->cols;
+            for (uint32_t g = 0; g < ng; g++) {                 /* pairs of bf16 in 32-bit lanes */
+                ks_vi raw = ks_ld256(p0 + 16 * (g0 + g), p1 + 16 * (g0 + g));
+                m->pan[k][g][0] = ks_if(ks_slli32(raw, 16));                    /* even */
+                m->pan[k][g][1] = ks_if(ks_slli32(ks_srli32(raw, 16), 16));     /* odd */
+            }
+            continue;
+        }
+        const uint8_t *q0 = (const uint8_t *)W->data + (size_t)row[0] * (W->cols / 2);
+        const uint8_t *q1 = (const uint8_t *)W->data + (size_t)row[1] * (W->cols / 2);
+        const uint8_t *s0 = W->scales + (size_t)row[0] * (W->cols / 32);
+        const uint8_t *s1 = W->scales + (size_t)row[1] * (W->cols / 32);
+        /* the fast decode where all scales allow it (zero results are redone exactly) */
+        int exact = !ks_scales_fast(s0 + g0 / 2, ng / 2) || !ks_scales_fast(s1 + g0 / 2, ng / 2);
+        for (uint32_t g = 0; g < ng; g += 2) {                  /* g0, ng even: whole blocks */
+            uint32_t b = (g0 + g) / 2;
+            if (exact) KS_FN(dec_mx)(q0 + 16 * b, q1 + 16 * b, s0[b], s1[b], 1, &m->pan[k][g][0]);
+            else KS_FN(dec_mx)(q0 + 16 * b, q1 + 16 * b, s0[b], s1[b], 0, &m->pan[k][g][0]);
+        }
+    }
+}
+
+/* Row vectors v, v+1 (panel row vectors k, k+1) x TT tokens t0.. of the packed
+ * x over the panel's 16-groups [0, ng); first: the sums start from zero. */
+KS_INLINE void KS_FN(mm_tile)(KS_FN(mm) *m, int k, int v, uint32_t t0, int TT, uint32_t ng,
+                              int first)
+{
+    ks_vf a[2][KS_TT][2];
+    for (int i = 0; i < 2; i++)
+        for (int t = 0; t < TT; t++)
+            for (int h = 0; h < 2; h++) a[i][t][h] = first ? ks_zero() : m->acc[v + i][t0 + t][h];
+    for (uint32_t g = 0; g < ng; g++) {
+        for (int h = 0; h < 2; h++) {                           /* E, then O */
+            ks_vf w0 = m->pan[k][g][h], w1 = m->pan[k + 1][g][h];
+            for (int t = 0; t < TT; t++) {
+                ks_vf xv = ks_ldx8(&m->xp[t0 + t][16 * g + 8 * h]);
+                ks_reg(xv);                 /* one load for both rows, not one each */
+                a[0][t][h] = ks_fma(w0, xv, a[0][t][h]);
+                a[1][t][h] = ks_fma(w1, xv, a[1][t][h]);
+            }
+        }
+    }
+    for (int i = 0; i < 2; i++)
+        for (int t = 0; t < TT; t++)
+            for (int h = 0; h < 2; h++) m->acc[v + i][t0 + t][h] = a[i][t][h];
+}
+
+/* All tiles of row vectors [v0, v0+KS_RP) and the tc tokens of the chunk. */
+KS_INLINE void KS_FN(mm_tiles)(KS_FN(mm) *m, int v0, uint32_t tc, uint32_t ng, int first)
+{
+    for (uint32_t t = 0, tt; t < tc; t += tt) {
+        /* tiles of 3 tokens; 4 left go as 2 + 2 (a 1-token tile is latency-bound) */
+        tt = tc - t == 4 ? 2 : tc - t < KS_TT ? tc - t : KS_TT;
+        for (int k = 0; k < KS_RP; k += 2) {
+            if (tt == KS_TT) KS_FN(mm_tile)(m, k, v0 + k, t, KS_TT, ng, first);
+            else if (tt == 2) KS_FN(mm_tile)(m, k, v0 + k, t, 2, ng, first);
+            else KS_FN(mm_tile)(m, k, v0 + k, t, 1, ng, first);
+        }
+    }
+}
+
+/* Rows [r0, r1), tokens [0, T), T >= 2. */
+static void KS_FN(mmul)(const k3_mat *W, const float *x, size_t ldx, uint32_t T, float *y,
+                        size_t ldy, uint32_t r0, uint32_t r1)
+{
+    KS_FN(mm) m;
+    const uint32_t cols = W->cols, ng = cols / 16;
+    const int bf16 = W->enc == K3_ENC_BF16;
+    for (uint32_t r = r0; r < r1; r += KS_SB) {
+        uint32_t n = r1 - r < KS_SB ? r1 - r : KS_SB;
+        int nv = (int)((n + KS_RP * KS_NR - 1) / (KS_RP * KS_NR)) * KS_RP;  /* row vectors */
+        for (int v = 0; v < nv; v++)
+            for (int h = 0; h < 2; h++) {
+                uint32_t i = (uint32_t)v * KS_NR + (uint32_t)(h < KS_NR ? h : 0);
+                m.row[v][h] = r + (i < n ? i : n - 1);  /* past the end: repeat the last row */
+            }
+        for (uint32_t tc0 = 0; tc0 < T; tc0 += KS_TC) {
+            uint32_t tc = T - tc0 < KS_TC ? T - tc0 : KS_TC;
+            const float *xt[KS_TC];                             /* token rows, [cols] each */
+            for (uint32_t t = 0; t < tc; t++) xt[t] = x + (size_t)(tc0 + t) * ldx;
+            uint32_t g0 = 0;
+            do {                                                /* at least once: zeroes acc */
+                uint32_t gn = ng - g0 < KS_KC / 16 ? ng - g0 : KS_KC / 16;
+                uint32_t gnext = g0 + gn, nnext = ng - gnext < KS_KC / 16 ? ng - gnext : KS_KC / 16;
+                int first = g0 == 0;
+                for (uint32_t t = 0; t < tc; t++) ks_pack_x(m.xp[t], xt[t] + 16 * g0, gn, bf16);
+                for (int v0 = 0; v0 < nv; v0 += KS_RP) {
+                    KS_FN(mm_prefetch)(&m, W, v0, gnext, nnext);    /* for the next chunk */
+                    KS_FN(mm_decode)(&m, W, v0, g0, gn);
+                    KS_FN(mm_tiles)(&m, v0, tc, gn, first);
+                }
+                g0 += KS_KC / 16;
+            } while (g0 < ng);
+            for (int v = 0; v < nv; v++) {
+                for (uint32_t t = 0; t < tc; t++) {
+                    float e[2][8], o[2][8], lanes[16];
+                    ks_halves(m.acc[v][t][0], e[0], e[1]);
+                    ks_halves(m.acc[v][t][1], o[0], o[1]);
+                    for (int h = 0; h < KS_NR; h++) {
+                        for (int j = 0; j < 8; j++) {
+                            lanes[bf16 ? 2 * j : ks_lane_e[j]] = e[h][j];
+                            lanes[bf16 ? 2 * j + 1 : ks_lane_o[j]] = o[h][j];
+                        }
+                        if (bf16)
+                            ks_tail_bf16((const uint16_t *)W->data + (size_t)m.row[v][h] * cols,
+                                         xt[t], ng * 16, cols, lanes);
+                        y[(size_t)(tc0 + t) * ldy + m.row[v][h]] = ks_reduce16(lanes);
+                    }
+                }
+            }
+            if (!bf16)                           /* as in mv: a zero result may be a -0 */
+                for (uint32_t t = 0; t < tc; t++) {
+                    float *yt = y + (size_t)(tc0 + t) * ldy;
+                    for (uint32_t i = 0; i < n; i++) {
+                        if (yt[r + i] != 0.0f) continue;
+                        uint32_t one[1][2] = { { r + i, r + i } };
+                        KS_FN(mx_mv)(W, xt[t], yt, one, 1, 1, NULL);
+                    }
+                }
+        }
+    }
+}
+
+/* The entry point: rows [r0, r1) of y = W x for T tokens. */
+static void KS_FN(rows)(const k3_mat *W, const float *x, size_t ldx, uint32_t T, float *y,
+                        size_t ldy, uint32_t r0, uint32_t r1)
+{
+    if (r0 >= r1 || T == 0) return;
+    if (T == 1) KS_FN(mv)(W, x, y, r0, r1);
+    else KS_FN(mmul)(W, x, ldx, T, y, ldy, r0, r1);
+}
