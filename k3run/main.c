@@ -351,10 +351,11 @@ int main(int argc, char **argv)
     }
     for (uint32_t i = 0; i < n_prompt; i++)
         if ((uint32_t)prompt[i] >= k3_tok_n_ids(tok)) {
+            int bad = (int)prompt[i];
+            uint32_t n_ids = k3_tok_n_ids(tok);
             k3_tok_free(tok);
             free(prompt);
-            return k3_usage_error("prompt token id %d is outside the vocabulary (0..%u)", (int)prompt[i],
-                                  k3_tok_n_ids(tok) - 1);
+            return k3_usage_error("prompt token id %d is outside the vocabulary (0..%u)", bad, n_ids - 1);
         }
     if (n_prompt == 0) {
         k3_tok_free(tok);
