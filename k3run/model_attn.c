@@ -17,7 +17,15 @@
 #include <string.h>
 
 #include "k3_math.h"
-#include "k3_num.h"
+
+/* BF16 -> fp32, exact (the bits are the top half); inline for the latent loops */
+static inline float bf16f(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
 
 /* Depthwise causal conv + SiLU over T tokens of one projection, in place.
    y: [T][C] pre-conv inputs -> outputs; win: [C][W-1] state; taps: [C][W]; tmp: [W-1+T]. */
@@ -170,7 +178,7 @@ k3_err k3_mla(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3
             for (uint32_t dd = 0; dd < dn; dd++) {
                 const uint16_t *row = kvb_w + ((size_t)hh * (dn + dv) + dd) * R;
                 float qv = qn[dd];
-                for (uint32_t r = 0; r < R; r++) ql[r] = ql[r] + qv * k3_bf16_to_f32(row[r]);
+                for (uint32_t r = 0; r < R; r++) ql[r] = ql[r] + qv * bf16f(row[r]);
             }
             float mx = -INFINITY;
             for (uint32_t tau = 0; tau < np; tau++) {
