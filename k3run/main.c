@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -410,6 +411,10 @@ int main(int argc, char **argv)
     if (!e && (stats || json)) {
         uint64_t rss = k3_peak_rss_bytes();
         double pt = st.t_prompt > 0 ? st.n_prompt / st.t_prompt : 0, gt = st.t_gen > 0 ? st.n_gen / st.t_gen : 0;
+        struct stat so1, so2;
+        int same = isatty(1) || (!fstat(1, &so1) && !fstat(2, &so2) && so1.st_dev == so2.st_dev &&
+                                 so1.st_ino == so2.st_ino);
+        if (stats && same && !json && st.n_gen) fputc('\n', stderr);   /* the text ends without one */
         if (stats)
             fprintf(stderr,
                     "k3run: loaded in %.2f s (%.1f MiB read, hashes %s); ISA %s, %u threads\n"
