@@ -27,13 +27,15 @@
 #include "k3_sys.h"
 #include "kern.h"
 #include "model.h"
+#include "plan.h"
 #include "tokenizer.h"
 #include "weights.h"
 
 enum {
     OPT_MODEL = K3_OPT_USER, OPT_PROMPT, OPT_FILE, OPT_N, OPT_TEMP, OPT_TOPK, OPT_TOPP, OPT_MINP, OPT_REPEAT,
     OPT_SEED, OPT_THREADS, OPT_SPECIAL, OPT_STATS, OPT_JSON, OPT_TOKENIZE, OPT_DETOKENIZE, OPT_TOKENIZER,
-    OPT_PROMPT_IDS, OPT_PRINT_IDS, OPT_NO_VERIFY_READS, OPT_VERIFY, OPT_CONTEXT, OPT_BATCH, OPT_DUMP
+    OPT_PROMPT_IDS, OPT_PRINT_IDS, OPT_NO_VERIFY_READS, OPT_VERIFY, OPT_CONTEXT, OPT_BATCH, OPT_DUMP, OPT_BUDGET,
+    OPT_PRESET
 };
 
 static const k3_opt opts[] = {
@@ -52,6 +54,9 @@ static const k3_opt opts[] = {
     {OPT_THREADS, 't', "threads", "N", "all CPUs", "K3_THREADS", "compute threads"},
     {OPT_CONTEXT, 'c', "context", "N", "4096", NULL, "positions the attention cache holds (prompt + generated)"},
     {OPT_BATCH, 'b', "batch", "N", "64", NULL, "prompt tokens per forward pass (each weight read once per batch)"},
+    {OPT_BUDGET, 'B', "budget", "SIZE", "what the machine allows", "K3_BUDGET",
+     "memory to use (8G, 512M, ...): the trunk, buffers and an expert cache of the rest"},
+    {OPT_PRESET, 0, "preset", "NAME", NULL, NULL, "a named budget: laptop (8G), workstation (128G), server (224G)"},
     {OPT_SPECIAL, 0, "special", NULL, NULL, NULL, "recognise special-token text (<|open|> ...) in the prompt"},
     {OPT_PRINT_IDS, 0, "print-ids", NULL, NULL, NULL, "print the generated ids (one line) instead of text"},
     {OPT_STATS, 0, "stats", NULL, NULL, NULL, "timings, memory and bytes per token on stderr"},
@@ -317,6 +322,7 @@ int main(int argc, char **argv)
     int json = k3_opt_count(&a, OPT_JSON) > 0, stats = k3_opt_count(&a, OPT_STATS) > 0;
 
     /* the prompt's text (or ids) first: a bad prompt costs no loading */
+    const char *dump_path = k3_opt_str(&a, OPT_DUMP);
     char *text = NULL;
     size_t text_len = 0;
     int32_t *prompt = NULL;
@@ -369,11 +375,60 @@ int main(int argc, char **argv)
         return k3_usage_error("the prompt has %u tokens, more than the context of %u (--context)", n_prompt, context);
     }
 
-    k3_weights_opts wo = {.verify_reads = !k3_opt_count(&a, OPT_NO_VERIFY_READS), .progress = 1};
+    /* the memory plan, from the manifest alone */
+    k3_plan plan;
+    {
+        uint64_t budget = 0;
+        const char *bs = k3_opt_str(&a, OPT_BUDGET), *ps = k3_opt_str(&a, OPT_PRESET), *src = NULL;
+        if (bs && ps && !k3_opt_from_env(&a, OPT_BUDGET)) {
+            k3_tok_free(tok); free(prompt);
+            return k3_usage_error("give --budget or --preset, not both");
+        }
+        if (ps) {
+            if (!(budget = k3_preset_budget(ps))) {
+                k3_tok_free(tok); free(prompt);
+                return k3_usage_error("--preset: unknown preset '%s' (laptop, workstation, server)", ps);
+            }
+        } else if (bs) {
+            if (k3_parse_size(bs, 1, &budget) || budget == 0) {
+                k3_tok_free(tok); free(prompt);
+                return k3_usage_error("--budget: '%s' is not a size (8G, 512M, 4096)", bs);
+            }
+        } else {
+            budget = k3_machine_memory(&src);
+            uint64_t keep = budget / 10 > (512ull << 20) ? budget / 10 : (512ull << 20);
+            budget = budget > keep ? budget - keep : 0;
+            if (k3_log_level() >= 1)
+                fprintf(stderr, "%s: no --budget: using %.2f GiB (%s, less a margin)\n", k3_log_prog(),
+                        budget / 1073741824.0, src);
+        }
+        k3_manifest mf;
+        k3_config cfg;
+        k3_geometry geo;
+        uint64_t buf = 0, kda = 0, mla = 0;
+        e = k3_manifest_load(pack, &mf, &d);
+        if (!e) {
+            char *ct = mf.config ? json_dumps(mf.config, JSON_COMPACT) : NULL;
+            e = ct ? k3_config_parse(ct, strlen(ct), "manifest config", &cfg, &d)
+                   : k3_fail(&d, K3_ERR_FORMAT, "'%s/manifest.json': no model config", pack);
+            free(ct);
+            if (!e) e = k3_geometry_from_manifest(&mf, &cfg, &geo, &d);
+            if (!e) e = k3_model_buffer_bytes(&cfg, batch, context, dump_path != NULL, &buf, &kda, &mla, &d);
+            if (!e) e = k3_plan_make(&cfg, &geo, budget, context, batch, buf, kda, mla, &plan, &d);
+            k3_manifest_free(&mf);
+        }
+        if (e) { k3_tok_free(tok); free(prompt); return e == K3_ERR_USAGE ? k3_usage_error("%s", d.msg) : fail(e, &d); }
+        if (stats || k3_log_level() >= 2)
+            fprintf(stderr, "%s: plan for %.2f GiB: %.2f GiB resident (trunk %.2f, buffers %.2f, experts %s%.2f in %llu slots); "
+                "expected %.1f MiB read per token\n", k3_log_prog(), plan.budget / 1073741824.0, plan.resident / 1073741824.0, plan.trunk_resident / 1073741824.0,
+                plan.buffers / 1073741824.0, plan.experts_all_resident ? "all resident, " : "cache ",
+                plan.expert_cache / 1073741824.0, (unsigned long long)plan.expert_slots, plan.disk_per_token / 1048576.0);
+    }
+    k3_weights_opts wo = {.verify_reads = !k3_opt_count(&a, OPT_NO_VERIFY_READS), .progress = 1,
+                          .expert_slots = plan.experts_all_resident ? 0 : plan.expert_slots};
     k3_weights *w = NULL;
     k3_model *m = NULL;
     k3_dump *dp = NULL;
-    const char *dump_path = k3_opt_str(&a, OPT_DUMP);
     if (dump_path && !(dp = k3_dump_new())) e = k3_fail(&d, K3_ERR_NOMEM, "out of memory");
     if (!e) e = k3_weights_open(pack, &wo, &w, &d);
     if (!e) {
@@ -410,6 +465,8 @@ int main(int argc, char **argv)
     if (!e && dp) e = k3_dump_write(dp, dump_path, &d);
     if (!e && (stats || json)) {
         uint64_t rss = k3_peak_rss_bytes();
+        k3_weights_stats ws;
+        k3w_stats(w, &ws);
         double pt = st.t_prompt > 0 ? st.n_prompt / st.t_prompt : 0, gt = st.t_gen > 0 ? st.n_gen / st.t_gen : 0;
         struct stat so1, so2;
         int same = isatty(1) || (!fstat(1, &so1) && !fstat(2, &so2) && so1.st_dev == so2.st_dev &&
@@ -419,11 +476,13 @@ int main(int argc, char **argv)
             fprintf(stderr,
                     "k3run: loaded in %.2f s (%.1f MiB read, hashes %s); ISA %s, %u threads\n"
                     "k3run: prompt %u tokens in %.3f s (%.1f tok/s); generated %u tokens in %.3f s (%.2f tok/s)%s\n"
-                    "k3run: peak RSS %.1f MiB; model buffers %.1f MiB\n",
+                    "k3run: peak RSS %.1f MiB; model buffers %.1f MiB; experts: %llu hits, %llu misses, "
+                    "%.1f MiB read in %.3f s\n",
                     t_load, k3w_bytes_read(w) / 1048576.0, wo.verify_reads ? "checked" : "not checked",
                     k3_isa_name(isa), threads, st.n_prompt, st.t_prompt, pt, st.n_gen, st.t_gen, gt,
                     st.stopped_eos ? " (end of message)" : st.interrupted ? " (interrupted)" : "",
-                    rss / 1048576.0, k3_model_scratch_bytes(m) / 1048576.0);
+                    rss / 1048576.0, k3_model_scratch_bytes(m) / 1048576.0, (unsigned long long)ws.expert_hits,
+                    (unsigned long long)ws.expert_misses, ws.bytes_read / 1048576.0, ws.io_seconds);
         if (json) {
             json_t *o = json_object(), *ids = json_array(), *tt = json_array();
             for (uint32_t i = 0; i < st.n_gen; i++) {
@@ -443,6 +502,12 @@ int main(int argc, char **argv)
             json_object_set_new(o, "token_seconds", tt);
             json_object_set_new(o, "bytes_read", json_integer((json_int_t)k3w_bytes_read(w)));
             json_object_set_new(o, "peak_rss_bytes", json_integer((json_int_t)rss));
+            json_object_set_new(o, "budget_bytes", json_integer((json_int_t)plan.budget));
+            json_object_set_new(o, "resident_bytes", json_integer((json_int_t)plan.resident));
+            json_object_set_new(o, "expert_slots", json_integer((json_int_t)plan.expert_slots));
+            json_object_set_new(o, "expert_hits", json_integer((json_int_t)ws.expert_hits));
+            json_object_set_new(o, "expert_misses", json_integer((json_int_t)ws.expert_misses));
+            json_object_set_new(o, "expert_io_seconds", json_real(ws.io_seconds));
             json_object_set_new(o, "isa", json_string(k3_isa_name(isa)));
             json_object_set_new(o, "threads", json_integer(threads));
             json_dumpf(o, stdout, JSON_INDENT(1) | JSON_PRESERVE_ORDER);

@@ -188,6 +188,11 @@ static k3_err set_dims(k3_model *m, k3_diag *d)
         return k3_fail(d, K3_ERR_MODEL, "config: short_conv_kernel_size %u is not in 1..64", z->W);
     for (uint32_t i = 0; i < z->L; i++) {
         if (!k3_layer_is_kda(c, i)) { z->n_mla++; continue; }
+        if (!m->w) {                      /* sizing from the config alone: ranks as K3's (head_dim) */
+            z->fa_rank = z->K;
+            z->ga_rank = c->kda_full_rank_gate ? 0 : z->K;
+            continue;
+        }
         const k3_tensor *fa = k3w_get(m->w, (int)i, K3W_KDA_FA), *ga = k3w_get(m->w, (int)i, K3W_KDA_GA);
         if (fa) z->fa_rank = fa->mat.rows;
         if (ga && !c->kda_full_rank_gate) z->ga_rank = ga->mat.rows;
@@ -200,11 +205,14 @@ static void *balloc(k3_model *m, uint64_t elems, size_t esz, int *fail)
     uint64_t n = elems * esz;
     void *p = NULL;
     if (n == 0) n = 64;
+    if (m->dry) { m->bytes += n; return NULL; }        /* sizing only (k3_model_buffer_bytes) */
     if (posix_memalign(&p, 64, (size_t)((n + 63) & ~(uint64_t)63))) { *fail = 1; return NULL; }
     memset(p, 0, (size_t)n);
     m->bytes += n;
     return p;
 }
+
+static int alloc_buffers(k3_model *m);
 
 k3_err k3_model_new(k3_weights *w, const k3_model_opts *o, k3_model **out, k3_diag *d)
 {
@@ -224,8 +232,41 @@ k3_err k3_model_new(k3_weights *w, const k3_model_opts *o, k3_model **out, k3_di
     if (!e && m->d.block) e = need(m, -1, K3W_OUT_RES_NORM, m->d.D, 0, 1, d);
     if (!e && m->d.block) e = need(m, -1, K3W_OUT_RES_PROJ, m->d.D, 0, 1, d);
     if (e) { free(m); return e; }
+    if (alloc_buffers(m)) {
+        k3_model_free(m);
+        return k3_fail(d, K3_ERR_NOMEM, "out of memory allocating the model's buffers");
+    }
+    *out = m;
+    return K3_OK;
+}
 
+k3_err k3_model_buffer_bytes(const k3_config *c, uint32_t batch, uint32_t context, int all_logits,
+                             uint64_t *total, uint64_t *kda_bytes, uint64_t *mla_bytes, k3_diag *d)
+{
+    k3_model m;
+    memset(&m, 0, sizeof m);
+    m.cfg = c;
+    m.o.max_batch = batch;
+    m.o.context = context;
+    m.o.all_logits = all_logits;
+    m.dry = 1;
+    k3_err e = set_dims(&m, d);
+    if (e) return e;
+    alloc_buffers(&m);
+    free(m.kda);
+    const k3_dims *z = &m.d;
+    uint64_t n_kda = z->L - z->n_mla;
+    *total = m.bytes;
+    *kda_bytes = n_kda * (3ull * z->C * (z->W - 1 ? z->W - 1 : 1) + (uint64_t)z->H * z->K * z->K) * sizeof(float);
+    *mla_bytes = (uint64_t)z->n_mla * context * (z->R + z->dr) * sizeof(float);
+    return K3_OK;
+}
+
+/* Every buffer of the model, once (or, m->dry, only their sizes). 0 on success. */
+static int alloc_buffers(k3_model *m)
+{
     const k3_dims *z = &m->d;
+    const k3_model_opts *o = &m->o;
     uint64_t B = o->max_batch, ctx = o->context;
     int fail = 0;
     m->mla_slot = balloc(m, z->L, sizeof(int32_t), &fail);
@@ -234,10 +275,10 @@ k3_err k3_model_new(k3_weights *w, const k3_model_opts *o, k3_model **out, k3_di
     uint32_t slot = 0;
     for (uint32_t i = 0; !fail && i < z->L; i++) {
         if (k3_layer_is_kda(m->cfg, i)) {
-            m->mla_slot[i] = -1;
+            if (m->mla_slot) m->mla_slot[i] = -1;
             m->kda[i].win = balloc(m, 3ull * z->C * (z->W - 1 ? z->W - 1 : 1), sizeof(float), &fail);
             m->kda[i].S = balloc(m, (uint64_t)z->H * z->K * z->K, sizeof(float), &fail);
-        } else {
+        } else if (m->mla_slot) {
             m->mla_slot[i] = (int32_t)slot++;
         }
     }
@@ -285,12 +326,7 @@ k3_err k3_model_new(k3_weights *w, const k3_model_opts *o, k3_model **out, k3_di
         m->seen = balloc(m, z->E, 1, &fail);
     }
     m->logits = balloc(m, (o->all_logits ? B : 1) * (uint64_t)z->V, 4, &fail);
-    if (fail) {
-        k3_model_free(m);
-        return k3_fail(d, K3_ERR_NOMEM, "out of memory allocating the model's buffers");
-    }
-    *out = m;
-    return K3_OK;
+    return fail;
 }
 
 void k3_model_free(k3_model *m)

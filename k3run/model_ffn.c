@@ -96,28 +96,33 @@ k3_err k3_moe(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3
     memset(m->seen, 0, E);
     for (uint32_t i = 0; i < T * k; i++) m->seen[m->idx[i]] = 1;
     for (uint32_t e = 0; e < E; e++) if (m->seen[e]) m->uniq[nu++] = (int32_t)e;
-    k3_err err = k3w_experts_acquire(w, layer, m->uniq, (int)nu, m->ex, d);
-    if (err) return err;
-    for (uint32_t u = 0; u < nu; u++) {
-        int32_t e = m->uniq[u];
-        uint32_t n = 0;                                               /* tokens that chose e */
-        for (uint32_t t = 0; t < T; t++)
-            for (uint32_t j = 0; j < k; j++)
-                if (m->idx[(size_t)t * k + j] == e) {
-                    memcpy(m->xe + (size_t)n * Dl, xl + (size_t)t * Dl, Dl * sizeof(float));
-                    m->tok_of[n] = (int32_t)t;
-                    m->slot_of[n] = (int32_t)j;
-                    n++;
-                }
-        k3_matmul(m->o.isa, &m->ex[u].w1, m->xe, Dl, n, m->g, Ie);      /* [n][Ie] */
-        k3_matmul(m->o.isa, &m->ex[u].w3, m->xe, Dl, n, m->u, Ie);
-        k3_glu(c, m->g, m->u, n * Ie);
-        k3_matmul(m->o.isa, &m->ex[u].w2, m->g, Ie, n, m->ye, Dl);      /* [n][Dl] */
-        for (uint32_t r = 0; r < n; r++)
-            memcpy(m->Y + ((size_t)m->tok_of[r] * k + m->slot_of[r]) * Dl, m->ye + (size_t)r * Dl,
-                   Dl * sizeof(float));
+    /* in groups the expert cache can hold at once (all of them when resident) */
+    uint32_t cap = k3w_expert_capacity(w);
+    for (uint32_t g0 = 0; g0 < nu; g0 += cap) {
+        uint32_t gn = nu - g0 < cap ? nu - g0 : cap;
+        k3_err err = k3w_experts_acquire(w, layer, m->uniq + g0, (int)gn, m->ex, d);
+        if (err) return err;
+        for (uint32_t u = 0; u < gn; u++) {
+            int32_t e = m->uniq[g0 + u];
+            uint32_t n = 0;                                           /* tokens that chose e */
+            for (uint32_t t = 0; t < T; t++)
+                for (uint32_t j = 0; j < k; j++)
+                    if (m->idx[(size_t)t * k + j] == e) {
+                        memcpy(m->xe + (size_t)n * Dl, xl + (size_t)t * Dl, Dl * sizeof(float));
+                        m->tok_of[n] = (int32_t)t;
+                        m->slot_of[n] = (int32_t)j;
+                        n++;
+                    }
+            k3_matmul(m->o.isa, &m->ex[u].w1, m->xe, Dl, n, m->g, Ie);  /* [n][Ie] */
+            k3_matmul(m->o.isa, &m->ex[u].w3, m->xe, Dl, n, m->u, Ie);
+            k3_glu(c, m->g, m->u, n * Ie);
+            k3_matmul(m->o.isa, &m->ex[u].w2, m->g, Ie, n, m->ye, Dl);  /* [n][Dl] */
+            for (uint32_t r = 0; r < n; r++)
+                memcpy(m->Y + ((size_t)m->tok_of[r] * k + m->slot_of[r]) * Dl, m->ye + (size_t)r * Dl,
+                       Dl * sizeof(float));
+        }
+        k3w_experts_release(w, layer);
     }
-    k3w_experts_release(w, layer);
     /* weighted sum in slot order, fp32 */
     for (uint32_t t = 0; t < T; t++) {
         float *yl = m->yl + (size_t)t * Dl;

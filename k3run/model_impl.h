@@ -72,6 +72,7 @@ struct k3_model {
     float *logits;                /* [B or 1][V] */
     uint32_t n_logits;            /* rows of logits from the last forward */
     uint64_t bytes;               /* everything above */
+    int dry;                      /* sizing only: nothing allocated */
 };
 
 /* Fixed-order helpers (model.c). The same code runs on every ISA. */

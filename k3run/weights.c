@@ -24,6 +24,7 @@
 #include "k3_num.h"
 #include "k3_progress.h"
 #include "k3_shard.h"
+#include "k3_sys.h"
 
 static const char *const wid_suffix[K3W__COUNT] = {
     [K3W_IN_NORM] = "input_layernorm.weight",
@@ -76,7 +77,12 @@ static const char *const wid_suffix[K3W__COUNT] = {
 };
 
 typedef struct expert_layer {
-    uint8_t *data;            /* [count][stride] records as in the shard, 64-byte aligned */
+    uint8_t *data;            /* resident mode: [count][stride] records as in the shard, 64-byte aligned */
+    int32_t *slot;            /* cache mode: [count] slot holding expert e, -1 if none */
+    int fd, fd_direct;        /* cache mode: the shard (fd_direct: O_DIRECT, or -1) */
+    char *path;
+    uint64_t offset, record_size;
+    const uint64_t *hashes;   /* [count] from the manifest */
     uint64_t count, stride;
     int enc;                  /* K3_ENC_MXFP4 or K3_ENC_BF16 */
     uint64_t off[3][2];       /* w1, w3, w2: [packed or weight, scale] offsets in a record */
@@ -94,11 +100,26 @@ struct k3_weights {
     const k3_tensor *(*idx)[K3W__COUNT];   /* [n_layers + 1]: row 0 = model level */
     expert_layer *experts;    /* [n_layers] (count 0 for layers without experts) */
     uint64_t bytes_read;
+    /* the expert cache (o.expert_slots > 0) */
+    uint64_t n_slots, slot_bytes;
+    uint8_t *slots;           /* [n_slots][slot_bytes], 4096-aligned */
+    int32_t *slot_layer, *slot_expert;   /* [n_slots] owner, -1 = free */
+    uint64_t *slot_used;      /* [n_slots] tick of the last use (LRU) */
+    int32_t *slot_pin;        /* [n_slots] pinned by the current acquire */
+    uint64_t tick;
+    int32_t *miss_slot;       /* [n_slots] reads of one acquire */
+    int32_t *miss_j;          /* [n_slots] */
+    k3_weights_stats st;
 };
 
 const k3_config *k3w_config(const k3_weights *w) { return &w->cfg; }
 const k3_manifest *k3w_manifest(const k3_weights *w) { return &w->mf; }
 uint64_t k3w_bytes_read(const k3_weights *w) { return w->bytes_read; }
+void k3w_stats(const k3_weights *w, k3_weights_stats *st) { *st = w->st; st->bytes_read = w->bytes_read; }
+uint32_t k3w_expert_capacity(const k3_weights *w)
+{
+    return w->o.expert_slots ? (uint32_t)(w->n_slots < UINT32_MAX ? w->n_slots : UINT32_MAX) : UINT32_MAX;
+}
 
 static void *aligned_zalloc(uint64_t n)
 {
@@ -256,6 +277,24 @@ static k3_err load_experts(k3_weights *w, k3_progress *pg, k3_diag *d)
                 el->cols[mi] = (uint32_t)pt->shape[1];
             }
         }
+        if (!e && w->o.expert_slots) {          /* cache mode: keep the shard open, read on demand */
+            el->count = me->count;
+            el->stride = me->stride;
+            el->offset = me->offset;
+            el->record_size = me->record_size;
+            el->hashes = me->hashes;
+            el->fd = fd;
+            el->fd_direct = -1;
+            if (me->offset % 4096 == 0 && me->stride % 4096 == 0) el->fd_direct = open(path, O_RDONLY | O_DIRECT);
+            el->path = strdup(path);
+            el->slot = malloc(me->count * sizeof *el->slot);
+            if (!el->path || !el->slot) e = k3_fail(d, K3_ERR_NOMEM, "out of memory");
+            for (uint64_t r = 0; !e && r < me->count; r++) el->slot[r] = -1;
+            if (me->stride > w->slot_bytes) w->slot_bytes = me->stride;
+            k3_shard_header_free(&h);
+            if (e) return e;
+            continue;
+        }
         if (!e) {
             el->count = me->count;
             el->stride = me->stride;
@@ -309,6 +348,28 @@ static k3_err build_index(k3_weights *w, k3_diag *d)
     return K3_OK;
 }
 
+static k3_err cache_init(k3_weights *w, k3_diag *d)
+{
+    w->n_slots = w->o.expert_slots;
+    if (!w->slot_bytes) { w->n_slots = 0; return K3_OK; }             /* no experts at all */
+    if (w->n_slots > SIZE_MAX / w->slot_bytes) return k3_fail(d, K3_ERR_NOMEM, "expert cache too large");
+    void *p = NULL;
+    if (posix_memalign(&p, 4096, (size_t)(w->n_slots * w->slot_bytes)))
+        return k3_fail(d, K3_ERR_NOMEM, "out of memory for the expert cache (%llu slots of %llu bytes)",
+                       (unsigned long long)w->n_slots, (unsigned long long)w->slot_bytes);
+    w->slots = p;
+    w->slot_layer = malloc(w->n_slots * sizeof(int32_t));
+    w->slot_expert = malloc(w->n_slots * sizeof(int32_t));
+    w->slot_used = calloc(w->n_slots, sizeof(uint64_t));
+    w->slot_pin = calloc(w->n_slots, sizeof(int32_t));
+    w->miss_slot = malloc(w->n_slots * sizeof(int32_t));
+    w->miss_j = malloc(w->n_slots * sizeof(int32_t));
+    if (!w->slot_layer || !w->slot_expert || !w->slot_used || !w->slot_pin || !w->miss_slot || !w->miss_j)
+        return k3_fail(d, K3_ERR_NOMEM, "out of memory");
+    for (uint64_t i = 0; i < w->n_slots; i++) w->slot_layer[i] = w->slot_expert[i] = -1;
+    return K3_OK;
+}
+
 k3_err k3_weights_open(const char *dir, const k3_weights_opts *o, k3_weights **out, k3_diag *d)
 {
     *out = NULL;
@@ -331,6 +392,7 @@ k3_err k3_weights_open(const char *dir, const k3_weights_opts *o, k3_weights **o
     e = load_trunk(w, pp, d);
     if (!e) e = load_experts(w, pp, d);
     if (pp) k3_progress_end(pp);
+    if (!e && o->expert_slots) e = cache_init(w, d);
     if (!e) e = build_index(w, d);
     if (e) { k3_weights_free(w); return e; }
     *out = w;
@@ -346,8 +408,22 @@ void k3_weights_free(k3_weights *w)
     free(w->tensors);
     free(w->idx);
     if (w->experts)
-        for (uint32_t l = 0; l < w->n_layers; l++) free(w->experts[l].data);
+        for (uint32_t l = 0; l < w->n_layers; l++) {
+            expert_layer *el = &w->experts[l];
+            free(el->data);
+            free(el->slot);
+            free(el->path);
+            if (el->slot && el->fd >= 0) close(el->fd);
+            if (el->fd_direct >= 0 && el->slot) close(el->fd_direct);
+        }
     free(w->experts);
+    free(w->slots);
+    free(w->slot_layer);
+    free(w->slot_expert);
+    free(w->slot_used);
+    free(w->slot_pin);
+    free(w->miss_slot);
+    free(w->miss_j);
     k3_manifest_free(&w->mf);
     free(w->dir);
     free(w);
@@ -380,30 +456,112 @@ k3_err k3w_embed_row(k3_weights *w, int32_t token, float *dst, k3_diag *d)
     return K3_OK;
 }
 
+static void fill_expert(const expert_layer *el, const uint8_t *rec, k3_expert *out)
+{
+    k3_mat *mats[3] = {&out->w1, &out->w3, &out->w2};
+    for (int mi = 0; mi < 3; mi++) {
+        mats[mi]->enc = el->enc;
+        mats[mi]->rows = el->rows[mi];
+        mats[mi]->cols = el->cols[mi];
+        mats[mi]->data = rec + el->off[mi][0];
+        mats[mi]->scales = el->enc == K3_ENC_MXFP4 ? rec + el->off[mi][1] : NULL;
+    }
+}
+
+/* Read record e of el into buf [stride], check its hash. 0 or an errno-style failure in *what. */
+static int read_record(const expert_layer *el, uint64_t e, uint8_t *buf, int verify, const char **what)
+{
+    uint64_t off = el->offset + e * el->stride;
+    int fd = el->fd_direct >= 0 ? el->fd_direct : el->fd;
+    size_t len = (size_t)(el->fd_direct >= 0 ? el->stride : el->record_size);
+    for (size_t done = 0; done < len;) {
+        ssize_t r = pread(fd, buf + done, len - done, (off_t)(off + done));
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0 && fd == el->fd_direct && done == 0) { fd = el->fd; len = (size_t)el->record_size; continue; }
+        if (r <= 0) { *what = r < 0 ? strerror(errno) : "the file ended early (truncated?)"; return -1; }
+        done += (size_t)r;
+    }
+    if (fd == el->fd) posix_fadvise(el->fd, (off_t)off, (off_t)el->record_size, POSIX_FADV_DONTNEED);
+    if (verify && k3_xxh3_64(buf, (size_t)el->record_size) != el->hashes[e]) {
+        *what = "XXH3-64 does not match the manifest: the pack is damaged, run k3verify";
+        return -1;
+    }
+    return 0;
+}
+
 k3_err k3w_experts_acquire(k3_weights *w, int layer, const int32_t *ids, int n, k3_expert *out, k3_diag *d)
 {
     if (layer < 0 || layer >= (int)w->n_layers || !w->experts[layer].count)
         return k3_fail(d, K3_ERR_MODEL, "layer %d has no routed experts in the pack", layer);
-    const expert_layer *el = &w->experts[layer];
-    for (int j = 0; j < n; j++) {
+    expert_layer *el = &w->experts[layer];
+    for (int j = 0; j < n; j++)
         if (ids[j] < 0 || (uint64_t)ids[j] >= el->count)
             return k3_fail(d, K3_ERR_MODEL, "layer %d: expert %d is outside 0..%" PRIu64, layer, (int)ids[j],
                            el->count - 1);
-        const uint8_t *rec = el->data + (uint64_t)ids[j] * el->stride;
-        k3_mat *mats[3] = {&out[j].w1, &out[j].w3, &out[j].w2};
-        for (int mi = 0; mi < 3; mi++) {
-            mats[mi]->enc = el->enc;
-            mats[mi]->rows = el->rows[mi];
-            mats[mi]->cols = el->cols[mi];
-            mats[mi]->data = rec + el->off[mi][0];
-            mats[mi]->scales = el->enc == K3_ENC_MXFP4 ? rec + el->off[mi][1] : NULL;
+    if (!w->o.expert_slots) {
+        for (int j = 0; j < n; j++) fill_expert(el, el->data + (uint64_t)ids[j] * el->stride, &out[j]);
+        return K3_OK;
+    }
+    if ((uint64_t)n > w->n_slots)
+        return k3_fail(d, K3_ERR_INTERNAL, "%d experts asked at once, the cache has %" PRIu64 " slots", n, w->n_slots);
+    int nm = 0;
+    for (int j = 0; j < n; j++) {                      /* hits first: pin them so no miss evicts them */
+        int32_t s = el->slot[ids[j]];
+        if (s >= 0) {
+            w->slot_pin[s] = 1;
+            w->slot_used[s] = ++w->tick;
+            w->st.expert_hits++;
+            fill_expert(el, w->slots + (uint64_t)s * w->slot_bytes, &out[j]);
+        } else {
+            w->miss_j[nm++] = j;
         }
     }
+    for (int q = 0; q < nm; q++) {                     /* a victim each: the least recently used unpinned slot */
+        uint64_t best = UINT64_MAX;
+        int32_t v = -1;
+        for (uint64_t s = 0; s < w->n_slots; s++)
+            if (!w->slot_pin[s] && w->slot_used[s] < best) { best = w->slot_used[s]; v = (int32_t)s; }
+        if (v < 0) return k3_fail(d, K3_ERR_INTERNAL, "expert cache: no free slot");
+        if (w->slot_layer[v] >= 0) w->experts[w->slot_layer[v]].slot[w->slot_expert[v]] = -1;
+        w->slot_layer[v] = layer;
+        w->slot_expert[v] = ids[w->miss_j[q]];
+        w->slot_pin[v] = 1;
+        w->slot_used[v] = ++w->tick;
+        el->slot[ids[w->miss_j[q]]] = v;
+        w->miss_slot[q] = v;
+    }
+    double t0 = k3_now();
+    int bad = -1;
+    const char *why = NULL;
+#pragma omp parallel for schedule(dynamic, 1) if (nm > 1)
+    for (int q = 0; q < nm; q++) {
+        const char *what = NULL;
+        int32_t v = w->miss_slot[q];
+        if (read_record(el, (uint64_t)ids[w->miss_j[q]], w->slots + (uint64_t)v * w->slot_bytes, w->o.verify_reads,
+                        &what)) {
+#pragma omp critical(k3w_read_error)
+            if (bad < 0 || q < bad) { bad = q; why = what; }
+        }
+    }
+    w->st.io_seconds += k3_now() - t0;
+    w->st.expert_misses += (uint64_t)nm;
+    w->bytes_read += (uint64_t)nm * el->record_size;
+    if (bad >= 0) {
+        int32_t v = w->miss_slot[bad];
+        int32_t e = ids[w->miss_j[bad]];
+        el->slot[e] = -1;                               /* never leave a damaged record cached */
+        w->slot_layer[v] = w->slot_expert[v] = -1;
+        w->slot_used[v] = 0;
+        return k3_fail(d, K3_ERR_CORRUPT, "'%s': layer %d expert %d (record at offset %" PRIu64 "): %s", el->path,
+                       layer, (int)e, el->offset + (uint64_t)e * el->stride, why);
+    }
+    for (int q = 0; q < nm; q++)
+        fill_expert(el, w->slots + (uint64_t)w->miss_slot[q] * w->slot_bytes, &out[w->miss_j[q]]);
     return K3_OK;
 }
 
 void k3w_experts_release(k3_weights *w, int layer)
 {
-    (void)w;
     (void)layer;
+    if (w->slot_pin) memset(w->slot_pin, 0, w->n_slots * sizeof *w->slot_pin);
 }

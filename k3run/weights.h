@@ -57,7 +57,16 @@ typedef struct k3_weights k3_weights;
 typedef struct k3_weights_opts {
     int verify_reads;        /* check XXH3-64 of every tensor and record as read */
     int progress;            /* show a progress line while loading (TTY only) */
+    uint64_t expert_slots;   /* 0: every expert read at open and resident; else a cache of this
+                                many slots, filled on demand (pread, O_DIRECT where possible) */
 } k3_weights_opts;
+
+/* Counters of the expert cache (all zero when every expert is resident). */
+typedef struct k3_weights_stats {
+    uint64_t expert_hits, expert_misses;
+    uint64_t bytes_read;     /* from disk, since open */
+    double io_seconds;       /* wall time spent reading experts */
+} k3_weights_stats;
 
 /* Open a pack directory: manifest, config, shard headers, then read the weights. */
 k3_err k3_weights_open(const char *dir, const k3_weights_opts *o, k3_weights **out, k3_diag *d);
@@ -66,6 +75,9 @@ void k3_weights_free(k3_weights *w);
 const k3_config *k3w_config(const k3_weights *w);
 const k3_manifest *k3w_manifest(const k3_weights *w);
 uint64_t k3w_bytes_read(const k3_weights *w);      /* bytes read from disk so far */
+void k3w_stats(const k3_weights *w, k3_weights_stats *st);
+/* How many experts of one layer can be acquired at once (the cache's slots, or all). */
+uint32_t k3w_expert_capacity(const k3_weights *w);
 
 /* A layer's tensor (layer -1: model level), or NULL when the model has none. */
 const k3_tensor *k3w_get(k3_weights *w, int layer, k3_wid id);
@@ -75,8 +87,9 @@ void k3w_vec(const k3_tensor *t, float *dst);
 k3_err k3w_embed_row(k3_weights *w, int32_t token, float *dst, k3_diag *d);
 
 /*
- * Make experts ids[0..n) of `layer` available: out[j] are their matrices,
- * valid until k3w_experts_release. (Here they are always resident.)
+ * Make experts ids[0..n) of `layer` available (n <= k3w_expert_capacity):
+ * out[j] are their matrices, valid until k3w_experts_release. Missing ones
+ * are read together (in parallel) and hash-checked before use.
  */
 k3_err k3w_experts_acquire(k3_weights *w, int layer, const int32_t *ids, int n, k3_expert *out,
                            k3_diag *d);
