@@ -40,8 +40,11 @@ class TestBudget(unittest.TestCase):
 
     def test_same_bytes_at_every_budget(self):
         base = {}
+        sanitized = os.environ.get("K3_SANITIZED") == "1"      # ASan is ~5x slower: fewer variants
         for name, b in self.budgets.items():
-            for threads in ("1", "2"):
+            if sanitized and name in ("half-experts", "between"):
+                continue
+            for threads in (("2",) if sanitized else ("1", "2")):
                 for mode in (["--temp", "0"], ["--temp", "0.9", "--top-p", "0.95", "--seed", "5"]):
                     r = self.run_at(b, ["-t", threads] + mode)
                     key = mode[1]
