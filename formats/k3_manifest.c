@@ -283,6 +283,15 @@ static int shard_ref(const k3_manifest *m, json_t *o, uint32_t *out)
     return 0;
 }
 
+k3_err k3_manifest_config(const k3_manifest *m, const char *display_name, k3_config *out, k3_diag *d)
+{
+    char *text = m->config ? json_dumps(m->config, JSON_COMPACT) : NULL;
+    if (!text) return k3_fail(d, K3_ERR_FORMAT, "'%s': absent or cannot be serialised", display_name);
+    k3_err e = k3_config_parse(text, strlen(text), display_name, out, d);
+    free(text);
+    return e;
+}
+
 int k3_manifest_shard_index(const k3_manifest *m, const char *name)
 {
     for (uint32_t i = 0; i < m->n_shards; i++)

@@ -8,6 +8,7 @@
 #include <jansson.h>
 #include <stdint.h>
 
+#include "k3_config.h"
 #include "k3_error.h"
 #include "k3_hash.h"
 #include "k3_shard.h"
@@ -97,6 +98,11 @@ k3_err k3_manifest_parse(const char *text, size_t len, const char *path, k3_mani
 k3_err k3_manifest_load(const char *dir, k3_manifest *m, k3_diag *d);
 
 void k3_manifest_free(k3_manifest *m);
+
+/* Parse the model config the manifest carries (m->config). display_name
+   prefixes messages; a missing config is K3_ERR_FORMAT ("'NAME': absent or
+   cannot be serialised"). */
+k3_err k3_manifest_config(const k3_manifest *m, const char *display_name, k3_config *out, k3_diag *d);
 
 /* Index of a shard by name, or -1. */
 int k3_manifest_shard_index(const k3_manifest *m, const char *name);

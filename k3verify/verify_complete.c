@@ -210,17 +210,11 @@ static void check_experts(const k3_manifest *m, const k3_config *cfg, const k3_x
 void k3v_check_complete(const k3_manifest *m, k3v_item *it)
 {
     k3_diag d;
-    char *text = m->config ? json_dumps(m->config, JSON_COMPACT) : NULL;
-    if (!text) {
-        k3v_add(it, K3V_MANIFEST, "config: absent or cannot be serialised");
-        return;
-    }
     k3_config *cfg = k3v_xalloc(sizeof *cfg);
     k3_xlist xl;
     memset(&xl, 0, sizeof xl);
-    k3_err e = k3_config_parse(text, strlen(text), "config", cfg, &d);
+    k3_err e = k3_manifest_config(m, "config", cfg, &d);
     if (!e) e = k3_expected_tensors(cfg, &xl, &d);
-    free(text);
     if (e == K3_ERR_NOMEM) {
         k3v_add(it, K3V_IO, "config: %s", d.msg);
     } else if (e) {
