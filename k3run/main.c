@@ -377,6 +377,7 @@ int main(int argc, char **argv)
 
     /* the memory plan, from the manifest alone */
     k3_plan plan;
+    k3_weights *w = NULL;
     {
         uint64_t budget = 0;
         const char *bs = k3_opt_str(&a, OPT_BUDGET), *ps = k3_opt_str(&a, OPT_PRESET), *src = NULL;
@@ -402,22 +403,18 @@ int main(int argc, char **argv)
                 fprintf(stderr, "%s: no --budget: using %.2f GiB (%s, less a margin)\n", k3_log_prog(),
                         budget / 1073741824.0, src);
         }
-        k3_manifest mf;
-        k3_config cfg;
         k3_geometry geo;
         uint64_t buf = 0, kda = 0, mla = 0;
-        e = k3_manifest_load(pack, &mf, &d);
-        if (!e) {
-            char *ct = mf.config ? json_dumps(mf.config, JSON_COMPACT) : NULL;
-            e = ct ? k3_config_parse(ct, strlen(ct), "manifest config", &cfg, &d)
-                   : k3_fail(&d, K3_ERR_FORMAT, "'%s/manifest.json': no model config", pack);
-            free(ct);
-            if (!e) e = k3_geometry_from_manifest(&mf, &cfg, &geo, &d);
-            if (!e) e = k3_model_buffer_bytes(&cfg, batch, context, dump_path != NULL, &buf, &kda, &mla, &d);
-            if (!e) e = k3_plan_make(&cfg, &geo, budget, context, batch, buf, kda, mla, &plan, &d);
-            k3_manifest_free(&mf);
+        e = k3_weights_open(pack, &w, &d);                /* the manifest and config only */
+        if (!e) e = k3_geometry_from_manifest(k3w_manifest(w), k3w_config(w), &geo, &d);
+        if (!e) e = k3_model_buffer_bytes(k3w_config(w), batch, context, dump_path != NULL, &buf, &kda, &mla, &d);
+        if (!e) e = k3_plan_make(k3w_config(w), &geo, budget, context, batch, buf, kda, mla, &plan, &d);
+        if (e) {
+            k3_weights_free(w);
+            k3_tok_free(tok);
+            free(prompt);
+            return e == K3_ERR_USAGE ? k3_usage_error("%s", d.msg) : fail(e, &d);
         }
-        if (e) { k3_tok_free(tok); free(prompt); return e == K3_ERR_USAGE ? k3_usage_error("%s", d.msg) : fail(e, &d); }
         if (stats || k3_log_level() >= 2)
             fprintf(stderr, "%s: plan for %.2f GiB: %.2f GiB resident (trunk %.2f, buffers %.2f, experts %s%.2f in %llu slots); "
                 "expected %.1f MiB read per token\n", k3_log_prog(), plan.budget / 1073741824.0, plan.resident / 1073741824.0, plan.trunk_resident / 1073741824.0,
@@ -426,11 +423,10 @@ int main(int argc, char **argv)
     }
     k3_weights_opts wo = {.verify_reads = !k3_opt_count(&a, OPT_NO_VERIFY_READS), .progress = 1,
                           .expert_slots = plan.experts_all_resident ? 0 : plan.expert_slots};
-    k3_weights *w = NULL;
     k3_model *m = NULL;
     k3_dump *dp = NULL;
     if (dump_path && !(dp = k3_dump_new())) e = k3_fail(&d, K3_ERR_NOMEM, "out of memory");
-    if (!e) e = k3_weights_open(pack, &wo, &w, &d);
+    if (!e) e = k3_weights_load(w, &wo, &d);
     if (!e) {
         k3_model_opts mo = {.max_batch = batch, .context = context, .isa = isa, .all_logits = dp != NULL,
                             .dump = dp ? k3_dump_hook : NULL, .dump_ctx = dp};

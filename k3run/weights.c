@@ -237,11 +237,27 @@ static k3_err load_trunk(k3_weights *w, k3_progress *pg, k3_diag *d)
     return K3_OK;
 }
 
+#define RECORD_HASH_MISMATCH "XXH3-64 does not match the manifest: the pack is damaged, run k3verify"
+
+/* Record e of el (record_size bytes at rec) matches its manifest hash. */
+static int record_ok(const expert_layer *el, uint64_t e, const uint8_t *rec)
+{
+    return k3_xxh3_64(rec, (size_t)el->record_size) == el->hashes[e];
+}
+
+/* The one message for a record that cannot be used: shard, layer, expert, offset, why. */
+static k3_err record_fail(const expert_layer *el, uint32_t layer, uint64_t e, const char *why, k3_diag *d)
+{
+    return k3_fail(d, K3_ERR_CORRUPT, "'%s': layer %u expert %" PRIu64 " (record at offset %" PRIu64 "): %s",
+                   el->path, layer, e, el->offset + e * el->stride, why);
+}
+
 static k3_err load_experts(k3_weights *w, k3_progress *pg, k3_diag *d)
 {
     k3_manifest *m = &w->mf;
     w->experts = calloc(w->n_layers, sizeof *w->experts);
     if (!w->experts) return k3_fail(d, K3_ERR_NOMEM, "out of memory");
+    for (uint32_t l = 0; l < w->n_layers; l++) w->experts[l].fd = w->experts[l].fd_direct = -1;
     for (uint32_t li = 0; li < m->n_expert_layers; li++) {
         const k3_mf_experts *me = &m->expert_layers[li];
         if (me->layer >= w->n_layers)
@@ -277,40 +293,33 @@ static k3_err load_experts(k3_weights *w, k3_progress *pg, k3_diag *d)
                 el->cols[mi] = (uint32_t)pt->shape[1];
             }
         }
-        if (!e && w->o.expert_slots) {          /* cache mode: keep the shard open, read on demand */
+        if (!e) {
             el->count = me->count;
             el->stride = me->stride;
             el->offset = me->offset;
             el->record_size = me->record_size;
             el->hashes = me->hashes;
-            el->fd = fd;
-            el->fd_direct = -1;
-            if (me->offset % 4096 == 0 && me->stride % 4096 == 0) el->fd_direct = open(path, O_RDONLY | O_DIRECT);
             el->path = strdup(path);
+            if (!el->path) e = k3_fail(d, K3_ERR_NOMEM, "out of memory");
+        }
+        if (!e && w->o.expert_slots) {          /* cache mode: keep the shard open, read on demand */
+            el->fd = fd;
+            fd = -1;
+            if (me->offset % 4096 == 0 && me->stride % 4096 == 0) el->fd_direct = open(path, O_RDONLY | O_DIRECT);
             el->slot = malloc(me->count * sizeof *el->slot);
-            if (!el->path || !el->slot) e = k3_fail(d, K3_ERR_NOMEM, "out of memory");
+            if (!el->slot) e = k3_fail(d, K3_ERR_NOMEM, "out of memory");
             for (uint64_t r = 0; !e && r < me->count; r++) el->slot[r] = -1;
             if (me->stride > w->slot_bytes) w->slot_bytes = me->stride;
-            k3_shard_header_free(&h);
-            if (e) return e;
-            continue;
-        }
-        if (!e) {
-            el->count = me->count;
-            el->stride = me->stride;
-            uint64_t total = me->count * me->stride;
-            el->data = aligned_zalloc(total);
+        } else if (!e) {                        /* resident: every record now, checked as read */
+            el->data = aligned_zalloc(me->count * me->stride);
             if (!el->data) e = k3_fail(d, K3_ERR_NOMEM, "out of memory for the experts of layer %u", me->layer);
-        }
-        if (!e) e = read_span(w, fd, path, el->data, me->count * me->stride, me->offset, pg, d);
-        for (uint64_t r = 0; !e && w->o.verify_reads && r < me->count; r++) {
-            if (k3_xxh3_64(el->data + r * me->stride, (size_t)me->record_size) != me->hashes[r])
-                e = k3_fail(d, K3_ERR_CORRUPT, "'%s': layer %u expert %" PRIu64 " (record at offset %" PRIu64
-                            "): XXH3-64 does not match the manifest: the pack is damaged, run k3verify",
-                            path, me->layer, r, me->offset + r * me->stride);
+            if (!e) e = read_span(w, fd, path, el->data, me->count * me->stride, me->offset, pg, d);
+            for (uint64_t r = 0; !e && w->o.verify_reads && r < me->count; r++)
+                if (!record_ok(el, r, el->data + r * me->stride))
+                    e = record_fail(el, me->layer, r, RECORD_HASH_MISMATCH, d);
         }
         k3_shard_header_free(&h);
-        close(fd);
+        if (fd >= 0) close(fd);
         if (e) return e;
     }
     return K3_OK;
@@ -370,33 +379,36 @@ static k3_err cache_init(k3_weights *w, k3_diag *d)
     return K3_OK;
 }
 
-k3_err k3_weights_open(const char *dir, const k3_weights_opts *o, k3_weights **out, k3_diag *d)
+k3_err k3_weights_open(const char *dir, k3_weights **out, k3_diag *d)
 {
     *out = NULL;
     k3_weights *w = calloc(1, sizeof *w);
     if (!w || !(w->dir = strdup(dir))) { free(w); return k3_fail(d, K3_ERR_NOMEM, "out of memory"); }
-    w->o = *o;
     k3_err e = k3_manifest_load(dir, &w->mf, d);
     if (e) { free(w->dir); free(w); return e; }
-    char *text = w->mf.config ? json_dumps(w->mf.config, JSON_COMPACT) : NULL;
-    if (!text) e = k3_fail(d, K3_ERR_FORMAT, "'%s/manifest.json': no model config", dir);
-    else e = k3_config_parse(text, strlen(text), "manifest config", &w->cfg, d);
-    free(text);
-    if (e) { k3_weights_free(w); return e; }
+    char name[4200];
+    snprintf(name, sizeof name, "%s/manifest.json: config", dir);
+    if ((e = k3_manifest_config(&w->mf, name, &w->cfg, d))) { k3_weights_free(w); return e; }
     w->n_layers = w->cfg.num_hidden_layers;
+    *out = w;
+    return K3_OK;
+}
+
+k3_err k3_weights_load(k3_weights *w, const k3_weights_opts *o, k3_diag *d)
+{
+    if (w->tensors) return k3_fail(d, K3_ERR_INTERNAL, "the weights are already loaded");
+    w->o = *o;
     uint64_t total = 0;
     for (uint32_t s = 0; s < w->mf.n_shards; s++) total += w->mf.shards[s].size;
     k3_progress pg;
     k3_progress *pp = o->progress ? &pg : NULL;
     if (pp) k3_progress_start(pp, "loading", total);
-    e = load_trunk(w, pp, d);
+    k3_err e = load_trunk(w, pp, d);
     if (!e) e = load_experts(w, pp, d);
     if (pp) k3_progress_end(pp);
     if (!e && o->expert_slots) e = cache_init(w, d);
     if (!e) e = build_index(w, d);
-    if (e) { k3_weights_free(w); return e; }
-    *out = w;
-    return K3_OK;
+    return e;
 }
 
 void k3_weights_free(k3_weights *w)
@@ -413,8 +425,8 @@ void k3_weights_free(k3_weights *w)
             free(el->data);
             free(el->slot);
             free(el->path);
-            if (el->slot && el->fd >= 0) close(el->fd);
-            if (el->fd_direct >= 0 && el->slot) close(el->fd_direct);
+            if (el->fd >= 0) close(el->fd);
+            if (el->fd_direct >= 0) close(el->fd_direct);
         }
     free(w->experts);
     free(w->slots);
@@ -482,8 +494,8 @@ static int read_record(const expert_layer *el, uint64_t e, uint8_t *buf, int ver
         done += (size_t)r;
     }
     if (fd == el->fd) posix_fadvise(el->fd, (off_t)off, (off_t)el->record_size, POSIX_FADV_DONTNEED);
-    if (verify && k3_xxh3_64(buf, (size_t)el->record_size) != el->hashes[e]) {
-        *what = "XXH3-64 does not match the manifest: the pack is damaged, run k3verify";
+    if (verify && !record_ok(el, e, buf)) {
+        *what = RECORD_HASH_MISMATCH;
         return -1;
     }
     return 0;
@@ -552,8 +564,7 @@ k3_err k3w_experts_acquire(k3_weights *w, int layer, const int32_t *ids, int n, 
         el->slot[e] = -1;                               /* never leave a damaged record cached */
         w->slot_layer[v] = w->slot_expert[v] = -1;
         w->slot_used[v] = 0;
-        return k3_fail(d, K3_ERR_CORRUPT, "'%s': layer %d expert %d (record at offset %" PRIu64 "): %s", el->path,
-                       layer, (int)e, el->offset + (uint64_t)e * el->stride, why);
+        return record_fail(el, (uint32_t)layer, (uint64_t)e, why, d);
     }
     for (int q = 0; q < nm; q++)
         fill_expert(el, w->slots + (uint64_t)w->miss_slot[q] * w->slot_bytes, &out[w->miss_j[q]]);

@@ -68,8 +68,12 @@ typedef struct k3_weights_stats {
     double io_seconds;       /* wall time spent reading experts */
 } k3_weights_stats;
 
-/* Open a pack directory: manifest, config, shard headers, then read the weights. */
-k3_err k3_weights_open(const char *dir, const k3_weights_opts *o, k3_weights **out, k3_diag *d);
+/* Open a pack directory: its manifest and model config (nothing else is read yet, so a
+   memory plan can be made from k3w_manifest / k3w_config first). */
+k3_err k3_weights_open(const char *dir, k3_weights **out, k3_diag *d);
+/* Check every shard header against the manifest and read the weights (once). On failure
+   the weights stay unusable; free them with k3_weights_free. */
+k3_err k3_weights_load(k3_weights *w, const k3_weights_opts *o, k3_diag *d);
 void k3_weights_free(k3_weights *w);
 
 const k3_config *k3w_config(const k3_weights *w);
