@@ -94,12 +94,18 @@ k3_err k3_generate(k3_model *m, const k3_tok *tok, const int32_t *prompt, uint32
     for (uint32_t i = 0; i < n_prompt; i++) k3_sampler_accept(&smp, prompt[i]);
     double t1 = k3_now();
     st->t_prompt = t1 - t0;
+    if (o->on_step && !e) o->on_step(o->step_ctx, -1);
     while (!e && st->n_gen < o->n_predict && !(stop && *stop)) {
         double ts = k3_now();
         int32_t id = k3_sampler_next(&smp, k3_model_logits(m));
         gen[st->n_gen++] = id;
         k3_sampler_accept(&smp, id);
-        if (id == o->eos) { st->stopped_eos = 1; if (st->t_tok) st->t_tok[st->n_gen - 1] = k3_now() - ts; break; }
+        if (id == o->eos) {
+            st->stopped_eos = 1;
+            if (st->t_tok) st->t_tok[st->n_gen - 1] = k3_now() - ts;
+            if (o->on_step) o->on_step(o->step_ctx, st->n_gen - 1);
+            break;
+        }
         if (!o->print_ids) {
             size_t len = 0;
             const uint8_t *b = k3_tok_bytes(tok, id, &len);
@@ -107,6 +113,7 @@ k3_err k3_generate(k3_model *m, const k3_tok *tok, const int32_t *prompt, uint32
         }
         if (st->n_gen < o->n_predict && !(stop && *stop)) e = k3_model_forward(m, &id, 1, d);
         if (st->t_tok) st->t_tok[st->n_gen - 1] = k3_now() - ts;
+        if (o->on_step && !e) o->on_step(o->step_ctx, st->n_gen - 1);
     }
     st->t_gen = k3_now() - t1;
     if (stop && *stop) st->interrupted = 1;

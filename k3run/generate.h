@@ -31,6 +31,8 @@ typedef struct k3_gen_opts {
     int print_ids;            /* write generated ids (one line) instead of text */
     int64_t eos;              /* stop token (not printed as text), -1 = none */
     k3_sampler_opts sampler;
+    void (*on_step)(void *ctx, int64_t index);   /* after the prompt (-1) and each token (or NULL) */
+    void *step_ctx;
 } k3_gen_opts;
 
 typedef struct k3_gen_stats {

@@ -28,6 +28,7 @@
 #include "kern.h"
 #include "model.h"
 #include "plan.h"
+#include "runstats.h"
 #include "tokenizer.h"
 #include "weights.h"
 
@@ -403,12 +404,10 @@ int main(int argc, char **argv)
                 fprintf(stderr, "%s: no --budget: using %.2f GiB (%s, less a margin)\n", k3_log_prog(),
                         budget / 1073741824.0, src);
         }
-        k3_geometry geo;
-        uint64_t buf = 0, kda = 0, mla = 0;
+        static k3_geometry geo;                          /* ~8 KiB: not on the stack */
         e = k3_weights_open(pack, &w, &d);                /* the manifest and config only */
         if (!e) e = k3_geometry_from_manifest(k3w_manifest(w), k3w_config(w), &geo, &d);
-        if (!e) e = k3_model_buffer_bytes(k3w_config(w), batch, context, dump_path != NULL, &buf, &kda, &mla, &d);
-        if (!e) e = k3_plan_make(k3w_config(w), &geo, budget, context, batch, buf, kda, mla, &plan, &d);
+        if (!e) e = k3_plan_for(k3w_config(w), &geo, budget, context, batch, dump_path != NULL, &plan, &d);
         if (e) {
             k3_weights_free(w);
             k3_tok_free(tok);
@@ -416,13 +415,17 @@ int main(int argc, char **argv)
             return e == K3_ERR_USAGE ? k3_usage_error("%s", d.msg) : fail(e, &d);
         }
         if (stats || k3_log_level() >= 2)
-            fprintf(stderr, "%s: plan for %.2f GiB: %.2f GiB resident (trunk %.2f, buffers %.2f, experts %s%.2f in %llu slots); "
-                "expected %.1f MiB read per token\n", k3_log_prog(), plan.budget / 1073741824.0, plan.resident / 1073741824.0, plan.trunk_resident / 1073741824.0,
-                plan.buffers / 1073741824.0, plan.experts_all_resident ? "all resident, " : "cache ",
-                plan.expert_cache / 1073741824.0, (unsigned long long)plan.expert_slots, plan.disk_per_token / 1048576.0);
+            fprintf(stderr, "%s: plan for %.2f GiB: %.2f GiB resident (trunk %.2f, %u units streamed through "
+                    "%.2f GiB of buffers, model buffers %.2f, experts %s%.2f in %llu slots); expected %.1f MiB read "
+                    "per token\n", k3_log_prog(), plan.budget / 1073741824.0, plan.resident / 1073741824.0,
+                    plan.trunk_resident / 1073741824.0, plan.n_streamed, plan.stream_buffers / 1073741824.0,
+                    plan.buffers / 1073741824.0, plan.experts_all_resident ? "all resident, " : "cache ",
+                    plan.expert_cache / 1073741824.0, (unsigned long long)plan.expert_slots,
+                    plan.disk_per_token / 1048576.0);
     }
     k3_weights_opts wo = {.verify_reads = !k3_opt_count(&a, OPT_NO_VERIFY_READS), .progress = 1,
-                          .expert_slots = plan.experts_all_resident ? 0 : plan.expert_slots};
+                          .expert_slots = plan.experts_all_resident ? 0 : plan.expert_slots,
+                          .unit_streamed = plan.n_streamed ? plan.unit_streamed : NULL};
     k3_model *m = NULL;
     k3_dump *dp = NULL;
     if (dump_path && !(dp = k3_dump_new())) e = k3_fail(&d, K3_ERR_NOMEM, "out of memory");
@@ -440,6 +443,8 @@ int main(int argc, char **argv)
     char *mem = NULL;
     size_t mem_len = 0;
     k3_gen_stats st = {0};
+    k3_runstats rs = {0};
+    if (!e && (stats || json) && k3_runstats_init(&rs, w, n_predict)) e = k3_fail(&d, K3_ERR_NOMEM, "out of memory");
     if (!e) {
         gen = calloc(n_predict ? n_predict : 1, sizeof *gen);
         t_tok = calloc(n_predict ? n_predict : 1, sizeof *t_tok);
@@ -452,7 +457,8 @@ int main(int argc, char **argv)
         sigaction(SIGINT, &sa, NULL);
         FILE *out = json ? open_memstream(&mem, &mem_len) : stdout;
         k3_gen_opts go = {.n_predict = n_predict, .print_ids = k3_opt_count(&a, OPT_PRINT_IDS) > 0 && !json,
-                          .eos = k3w_config(w)->eos_token_id, .sampler = so};
+                          .eos = k3w_config(w)->eos_token_id, .sampler = so,
+                          .on_step = rs.tok ? k3_runstats_step : NULL, .step_ctx = &rs};
         st.t_tok = t_tok;
         if (!out) e = k3_fail(&d, K3_ERR_NOMEM, "out of memory");
         else e = k3_generate(m, tok, prompt, n_prompt, &go, out, &g_stop, gen, &st, &d);
@@ -472,13 +478,15 @@ int main(int argc, char **argv)
             fprintf(stderr,
                     "k3run: loaded in %.2f s (%.1f MiB read, hashes %s); ISA %s, %u threads\n"
                     "k3run: prompt %u tokens in %.3f s (%.1f tok/s); generated %u tokens in %.3f s (%.2f tok/s)%s\n"
-                    "k3run: peak RSS %.1f MiB; model buffers %.1f MiB; experts: %llu hits, %llu misses, "
-                    "%.1f MiB read in %.3f s\n",
+                    "k3run: peak RSS %.1f MiB; model buffers %.1f MiB; experts: %llu hits, %llu misses; "
+                    "%.1f MiB read in all (trunk %.1f, experts %.1f); waited %.3f s for reads\n",
                     t_load, k3w_bytes_read(w) / 1048576.0, wo.verify_reads ? "checked" : "not checked",
                     k3_isa_name(isa), threads, st.n_prompt, st.t_prompt, pt, st.n_gen, st.t_gen, gt,
                     st.stopped_eos ? " (end of message)" : st.interrupted ? " (interrupted)" : "",
                     rss / 1048576.0, k3_model_scratch_bytes(m) / 1048576.0, (unsigned long long)ws.expert_hits,
-                    (unsigned long long)ws.expert_misses, ws.bytes_read / 1048576.0, ws.io_seconds);
+                    (unsigned long long)ws.expert_misses, ws.bytes_read / 1048576.0,
+                    ws.trunk_bytes_read / 1048576.0, ws.expert_bytes_read / 1048576.0, ws.wait_seconds);
+        if (stats) k3_runstats_print(&rs, stderr);
         if (json) {
             json_t *o = json_object(), *ids = json_array(), *tt = json_array();
             for (uint32_t i = 0; i < st.n_gen; i++) {
@@ -503,7 +511,17 @@ int main(int argc, char **argv)
             json_object_set_new(o, "expert_slots", json_integer((json_int_t)plan.expert_slots));
             json_object_set_new(o, "expert_hits", json_integer((json_int_t)ws.expert_hits));
             json_object_set_new(o, "expert_misses", json_integer((json_int_t)ws.expert_misses));
-            json_object_set_new(o, "expert_io_seconds", json_real(ws.io_seconds));
+            json_object_set_new(o, "io_wait_seconds", json_real(ws.wait_seconds));
+            json_object_set_new(o, "read_seconds", json_real(ws.read_seconds));
+            json_object_set_new(o, "trunk_bytes_read", json_integer((json_int_t)ws.trunk_bytes_read));
+            json_object_set_new(o, "expert_bytes_read", json_integer((json_int_t)ws.expert_bytes_read));
+            json_object_set_new(o, "trunk_units_streamed", json_integer((json_int_t)plan.n_streamed));
+            json_object_set_new(o, "trunk_resident_bytes", json_integer((json_int_t)plan.trunk_resident));
+            json_object_set_new(o, "stream_buffer_bytes", json_integer((json_int_t)plan.stream_buffers));
+            json_object_set_new(o, "expected_disk_bytes_per_token", json_real(plan.disk_per_token));
+            json_t *per = k3_runstats_json(&rs);
+            json_object_update(o, per);
+            json_decref(per);
             json_object_set_new(o, "isa", json_string(k3_isa_name(isa)));
             json_object_set_new(o, "threads", json_integer(threads));
             json_dumpf(o, stdout, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
@@ -515,6 +533,7 @@ int main(int argc, char **argv)
     free(mem);
     free(gen);
     free(t_tok);
+    k3_runstats_free(&rs);
     free(prompt);
     k3_dump_free(dp);
     k3_model_free(m);

@@ -142,10 +142,8 @@ static k3_err check_layer(k3_model *m, int i, k3_diag *d)
             if (c->latent_moe_use_norm) NEED(K3W_MOE_LAT_NORM, z->Dl, 0, 1);
         }
         /* every expert of the layer has the config's shapes (checked once, all share a layout) */
-        int32_t e0 = 0;
         k3_expert ex;
-        if ((e = k3w_experts_acquire(m->w, i, &e0, 1, &ex, d))) return e;
-        k3w_experts_release(m->w, i);
+        if ((e = k3w_expert_shape(m->w, i, &ex, d))) return e;
         if (ex.w1.rows != z->Ie || ex.w1.cols != z->Dl || ex.w3.rows != z->Ie || ex.w3.cols != z->Dl ||
             ex.w2.rows != z->Dl || ex.w2.cols != z->Ie)
             return k3_fail(d, K3_ERR_MODEL, "layer %d: expert matrices are [%u,%u]/[%u,%u], the config implies "
@@ -434,6 +432,7 @@ k3_err k3_model_forward(k3_model *m, const int32_t *ids, uint32_t T, k3_diag *d)
     for (uint32_t i = 0; i < z->L; i++) {
         int li = (int)i, ps_none = 0;
         const float *a_in = m->h;
+        if ((e = k3w_layer_begin(m->w, li, d))) return e;      /* this layer's trunk in memory */
         if (z->block) {
             if (nb) { attnres(m, T, nb, m->h, li, K3W_ARES_NORM, K3W_ARES_PROJ, m->a_in); a_in = m->a_in; }
             if (i % z->block == 0) {        /* freeze AFTER the attention input mix (pitfall 8) */
@@ -461,6 +460,7 @@ k3_err k3_model_forward(k3_model *m, const int32_t *ids, uint32_t T, k3_diag *d)
         }
     }
     const float *fin = m->h;
+    if ((e = k3w_layer_begin(m->w, -1, d))) return e;          /* the head */
     if (z->block) { attnres(m, T, nb, m->h, -1, K3W_OUT_RES_NORM, K3W_OUT_RES_PROJ, m->a_in); fin = m->a_in; }
     dump(m, "final_hidden", -1, T, z->D, fin, NULL);
     uint32_t first = m->o.all_logits ? 0 : T - 1, n = T - first;

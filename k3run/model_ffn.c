@@ -102,7 +102,11 @@ k3_err k3_moe(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3
         uint32_t gn = nu - g0 < cap ? nu - g0 : cap;
         k3_err err = k3w_experts_acquire(w, layer, m->uniq + g0, (int)gn, m->ex, d);
         if (err) return err;
-        for (uint32_t u = 0; u < gn; u++) {
+        for (;;) {                        /* cached experts first, the others as their reads land */
+            int uj;
+            if ((err = k3w_experts_next(w, &uj, d))) return err;
+            if (uj < 0) break;
+            uint32_t u = (uint32_t)uj;
             int32_t e = m->uniq[g0 + u];
             uint32_t n = 0;                                           /* tokens that chose e */
             for (uint32_t t = 0; t < T; t++)

@@ -6,14 +6,20 @@
  *   fixed     the model's buffers (activations for a batch, KDA states, the MLA
  *             latent cache for the context, MoE scratch) + a margin for code,
  *             stacks and the allocator
- *   trunk     every non-expert tensor except the embedding table (one row of
- *             it is read per token); resident today (streaming is not built yet)
+ *   trunk     the non-expert tensors in units: one unit per layer and the head
+ *             (final norms, lm_head). A unit is resident, or streamed: read from
+ *             disk every token through two buffers of the largest streamed unit
+ *             (the next unit is read while this one computes). The embedding
+ *             table is never resident: one row of it is read per token.
  *   experts   a fixed-slot cache keyed by (layer, expert), at least 2 x top-k
  *             slots (one layer's experts plus room to read the next); the rest
  *             of the budget, up to every expert of the model
  *
- * The minimum is fixed + trunk + the minimal expert cache; a smaller budget is
- * refused with a message that states the minimum.
+ * A resident trunk byte saves one byte of reading per token; an expert-cache
+ * byte saves about top-k / num_experts of one. So the plan keeps as much trunk
+ * resident as fits first, and gives the rest to the expert cache. The minimum
+ * is fixed + the smallest trunk arrangement + the minimal expert cache; a
+ * smaller budget is refused with a message that states the minimum.
  */
 #ifndef K3_PLAN_H
 #define K3_PLAN_H
@@ -25,19 +31,29 @@
 #include "k3_manifest.h"
 
 #define K3_PLAN_MARGIN (96ull << 20)        /* code, stacks, allocator, tokenizer */
+#define K3_UNIT_ALIGN 4096ull               /* trunk tensors sit 4 KiB-aligned in a unit's memory */
+
+/* The trunk unit of a tensor name: layer i (< n_layers) -> i, the head (other model-level
+   tensors) -> n_layers; -1 for the embedding table and for layers the model does not have. */
+int k3_trunk_unit(const char *name, uint32_t n_layers);
+/* Bytes a tensor of `size` bytes takes in a unit's memory (O_DIRECT-readable: 4 KiB granules). */
+uint64_t k3_unit_span(uint64_t size);
 
 typedef struct k3_geometry {
-    uint64_t trunk_bytes;        /* every non-expert tensor but the embedding table */
+    uint64_t trunk_bytes;        /* every unit (all non-expert tensors but the embedding table) */
+    uint32_t n_units;            /* n_layers + 1: the layers, then the head */
+    uint64_t unit_bytes[K3_MAX_LAYERS + 1];   /* [n_units] memory of one unit (k3_unit_span of its tensors) */
     uint64_t embed_row_bytes;    /* one embedding row */
     uint64_t expert_stride;      /* bytes of one expert slot (the largest record stride) */
     uint64_t expert_record;      /* bytes hashed per expert (the largest record size) */
     uint32_t n_moe_layers;       /* layers with routed experts */
+    uint32_t top_k;              /* experts per token per MoE layer */
     uint64_t n_experts_total;    /* routed experts of the whole model */
     uint64_t experts_bytes;      /* n_experts_total x their strides */
 } k3_geometry;
 
 k3_err k3_geometry_from_manifest(const k3_manifest *m, const k3_config *c, k3_geometry *g, k3_diag *d);
-/* From the config alone, with k3pack's record layout (docs/FORMAT.md 2.3). */
+/* From the config alone, with k3pack's layout (docs/FORMAT.md 2.3). */
 k3_err k3_geometry_from_config(const k3_config *c, k3_geometry *g, k3_diag *d);
 
 typedef struct k3_plan {
@@ -46,14 +62,20 @@ typedef struct k3_plan {
     uint64_t buffers;            /* the model's buffers (k3_model_buffer_bytes) */
     uint64_t kda_state, mla_cache;   /* parts of buffers, for the report */
     uint64_t margin;
-    uint64_t trunk_resident;     /* = geometry trunk_bytes */
+    uint32_t n_units;            /* = geometry n_units */
+    uint8_t unit_streamed[K3_MAX_LAYERS + 1];  /* [n_units] 1: read every token through the stream buffers */
+    uint32_t n_streamed;
+    uint64_t trunk_resident;     /* bytes of the resident units */
+    uint64_t stream_buffers;     /* 2 x the largest streamed unit (0: nothing streamed) */
+    uint64_t trunk_streamed;     /* bytes of the streamed units: read once per forward pass */
     uint64_t expert_slots;       /* slots of the expert cache */
     uint64_t expert_cache;       /* expert_slots x stride */
     int experts_all_resident;    /* the cache holds every expert: read once, never evicted */
-    uint64_t resident;           /* everything above */
+    uint64_t resident;           /* buffers + margin + trunk_resident + stream_buffers + expert_cache */
     uint64_t minimum;            /* the smallest budget this model can run in */
-    double disk_per_token;       /* expected bytes read per decoded token (uniform routing estimate) */
-    double expert_reads_per_token;
+    double expert_reads_per_token;   /* expected expert records read per decoded token (uniform routing) */
+    double disk_per_token;       /* expected bytes read per decoded token: streamed trunk + expert reads
+                                    + one embedding row */
 } k3_plan;
 
 /*
@@ -62,6 +84,10 @@ typedef struct k3_plan {
  */
 k3_err k3_plan_make(const k3_config *c, const k3_geometry *g, uint64_t budget, uint32_t context, uint32_t batch,
                     uint64_t buffers, uint64_t kda_state, uint64_t mla_cache, k3_plan *p, k3_diag *d);
+
+/* k3_plan_make with the model's buffers sized by k3_model_buffer_bytes (all_logits: --dump). */
+k3_err k3_plan_for(const k3_config *c, const k3_geometry *g, uint64_t budget, uint32_t context, uint32_t batch,
+                   int all_logits, k3_plan *p, k3_diag *d);
 
 /* The memory this process may use: MemAvailable and the cgroup limit (v1 or v2), whichever is
    smaller; 0 if unknown. *source names where it came from. */

@@ -1,14 +1,15 @@
 /*
- * weights.c - open a pack and hold every weight in owned memory (weights.h).
+ * weights.c - open a pack, check it, and hold or stream its trunk (weights.h).
  *
  * Order of trust: manifest.json is parsed strictly (k3_manifest_load); each
  * shard's header is decoded and checked against its own header hash, its
  * file size and the manifest; each tensor the model uses is found in its
  * shard header with the manifest's offset, size, encoding and shape; then the
- * bytes are read with pread and (verify_reads) hashed against the manifest.
+ * bytes are read with pread and (verify_reads) hashed against the manifest
+ * before the model sees them. The experts are in weights_experts.c.
  */
 #define _GNU_SOURCE
-#include "weights.h"
+#include "weights_impl.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -22,9 +23,9 @@
 #include "k3_hash.h"
 #include "k3_log.h"
 #include "k3_num.h"
-#include "k3_progress.h"
-#include "k3_shard.h"
 #include "k3_sys.h"
+
+#define K3_READERS 4          /* reader threads: enough queue depth for an NVMe disk */
 
 static const char *const wid_suffix[K3W__COUNT] = {
     [K3W_IN_NORM] = "input_layernorm.weight",
@@ -76,42 +77,6 @@ static const char *const wid_suffix[K3W__COUNT] = {
     [K3W_LM_HEAD] = "lm_head.weight",
 };
 
-typedef struct expert_layer {
-    uint8_t *data;            /* resident mode: [count][stride] records as in the shard, 64-byte aligned */
-    int32_t *slot;            /* cache mode: [count] slot holding expert e, -1 if none */
-    int fd, fd_direct;        /* cache mode: the shard (fd_direct: O_DIRECT, or -1) */
-    char *path;
-    uint64_t offset, record_size;
-    const uint64_t *hashes;   /* [count] from the manifest */
-    uint64_t count, stride;
-    int enc;                  /* K3_ENC_MXFP4 or K3_ENC_BF16 */
-    uint64_t off[3][2];       /* w1, w3, w2: [packed or weight, scale] offsets in a record */
-    uint32_t rows[3], cols[3];
-} expert_layer;
-
-struct k3_weights {
-    char *dir;
-    k3_manifest mf;
-    k3_config cfg;
-    k3_weights_opts o;
-    uint32_t n_layers;
-    k3_tensor *tensors;       /* [mf.n_tensors], parallel to mf.tensors */
-    void **blocks;            /* [mf.n_tensors] owned aligned data */
-    const k3_tensor *(*idx)[K3W__COUNT];   /* [n_layers + 1]: row 0 = model level */
-    expert_layer *experts;    /* [n_layers] (count 0 for layers without experts) */
-    uint64_t bytes_read;
-    /* the expert cache (o.expert_slots > 0) */
-    uint64_t n_slots, slot_bytes;
-    uint8_t *slots;           /* [n_slots][slot_bytes], 4096-aligned */
-    int32_t *slot_layer, *slot_expert;   /* [n_slots] owner, -1 = free */
-    uint64_t *slot_used;      /* [n_slots] tick of the last use (LRU) */
-    int32_t *slot_pin;        /* [n_slots] pinned by the current acquire */
-    uint64_t tick;
-    int32_t *miss_slot;       /* [n_slots] reads of one acquire */
-    int32_t *miss_j;          /* [n_slots] */
-    k3_weights_stats st;
-};
-
 const k3_config *k3w_config(const k3_weights *w) { return &w->cfg; }
 const k3_manifest *k3w_manifest(const k3_weights *w) { return &w->mf; }
 uint64_t k3w_bytes_read(const k3_weights *w) { return w->bytes_read; }
@@ -121,14 +86,11 @@ uint32_t k3w_expert_capacity(const k3_weights *w)
     return w->o.expert_slots ? (uint32_t)(w->n_slots < UINT32_MAX ? w->n_slots : UINT32_MAX) : UINT32_MAX;
 }
 
-static void *aligned_zalloc(uint64_t n)
+static void *page_alloc(uint64_t n)
 {
-    if (n > SIZE_MAX - 64) return NULL;
     void *p = NULL;
-    size_t sz = (size_t)((n + 63) & ~(uint64_t)63);
-    if (sz == 0) sz = 64;
-    if (posix_memalign(&p, 64, sz)) return NULL;
-    memset(p, 0, sz);
+    if (n > SIZE_MAX - 4096) return NULL;
+    if (posix_memalign(&p, 4096, (size_t)(n ? n : 4096))) return NULL;
     return p;
 }
 
@@ -138,9 +100,8 @@ static int name_cmp(const void *a, const void *b)
     return strcmp(x->name, y->name);
 }
 
-/* Read size bytes at off of a shard into buf, in chunks, with a progress line. */
-static k3_err read_span(k3_weights *w, int fd, const char *path, void *buf, uint64_t size, uint64_t off,
-                        k3_progress *pg, k3_diag *d)
+k3_err k3w_read_span(k3_weights *w, int fd, const char *path, void *buf, uint64_t size, uint64_t off,
+                     k3_progress *pg, k3_diag *d)
 {
     const uint64_t chunk = 64u << 20;
     for (uint64_t done = 0; done < size;) {
@@ -154,8 +115,8 @@ static k3_err read_span(k3_weights *w, int fd, const char *path, void *buf, uint
     return K3_OK;
 }
 
-static k3_err check_entry(const k3_shard_entry *en, const char *shard, const char *name, int enc, int ndim,
-                          const uint64_t *shape, uint64_t offset, uint64_t size, k3_diag *d)
+k3_err k3w_check_entry(const k3_shard_entry *en, const char *shard, const char *name, int enc, int ndim,
+                       const uint64_t *shape, uint64_t offset, uint64_t size, k3_diag *d)
 {
     if (!en)
         return k3_fail(d, K3_ERR_MODEL, "'%s': tensor '%s' is in the manifest but not in the shard header",
@@ -169,9 +130,7 @@ static k3_err check_entry(const k3_shard_entry *en, const char *shard, const cha
     return K3_OK;
 }
 
-/* Open shard s, decode its header and check it against the manifest. */
-static k3_err open_shard(k3_weights *w, uint32_t s, int *fd, char *path, size_t cap, k3_shard_header *h,
-                         k3_diag *d)
+k3_err k3w_open_shard(k3_weights *w, uint32_t s, int *fd, char *path, size_t cap, k3_shard_header *h, k3_diag *d)
 {
     const k3_mf_shard *ms = &w->mf.shards[s];
     k3_err e = k3_path_join(path, cap, w->dir, ms->name, d);
@@ -188,37 +147,32 @@ static k3_err open_shard(k3_weights *w, uint32_t s, int *fd, char *path, size_t 
     return K3_OK;
 }
 
-static k3_err load_trunk(k3_weights *w, k3_progress *pg, k3_diag *d)
+/* Open every trunk shard (kept open: streamed units are read from them every pass), check its
+   header and every tensor entry against the manifest, and describe each tensor. */
+static k3_err open_trunk(k3_weights *w, k3_diag *d)
 {
     k3_manifest *m = &w->mf;
-    w->tensors = calloc(m->n_tensors ? m->n_tensors : 1, sizeof *w->tensors);
-    w->blocks = calloc(m->n_tensors ? m->n_tensors : 1, sizeof *w->blocks);
-    if (!w->tensors || !w->blocks) return k3_fail(d, K3_ERR_NOMEM, "out of memory");
+    uint32_t nt = m->n_tensors ? m->n_tensors : 1, ns = m->n_shards ? m->n_shards : 1;
+    w->tensors = calloc(nt, sizeof *w->tensors);
+    w->tjob = calloc(nt, sizeof *w->tjob);
+    w->shard_fd = malloc(ns * sizeof *w->shard_fd);
+    w->shard_fd_direct = malloc(ns * sizeof *w->shard_fd_direct);
+    w->shard_path = calloc(ns, sizeof *w->shard_path);
+    if (!w->tensors || !w->tjob || !w->shard_fd || !w->shard_fd_direct || !w->shard_path)
+        return k3_fail(d, K3_ERR_NOMEM, "out of memory");
+    for (uint32_t s = 0; s < ns; s++) w->shard_fd[s] = w->shard_fd_direct[s] = -1;
     for (uint32_t s = 0; s < m->n_shards; s++) {
         if (m->shards[s].kind != K3_SHARD_TRUNK) continue;
         char path[4096];
-        int fd;
         k3_shard_header h;
-        k3_err e = open_shard(w, s, &fd, path, sizeof path, &h, d);
+        k3_err e = k3w_open_shard(w, s, &w->shard_fd[s], path, sizeof path, &h, d);
         if (e) return e;
+        if (!(w->shard_path[s] = strdup(path))) e = k3_fail(d, K3_ERR_NOMEM, "out of memory");
         for (uint32_t i = 0; i < m->n_tensors && !e; i++) {
             const k3_mf_tensor *mt = &m->tensors[i];
             if (mt->shard != s) continue;
-            e = check_entry(k3_shard_find(&h, mt->name), path, mt->name, mt->encoding, mt->ndim, mt->shape,
-                            mt->offset, mt->size, d);
-            if (e) break;
-            void *buf = aligned_zalloc(mt->size);
-            if (!buf) { e = k3_fail(d, K3_ERR_NOMEM, "out of memory reading '%s'", mt->name); break; }
-            w->blocks[i] = buf;
-            if ((e = read_span(w, fd, path, buf, mt->size, mt->offset, pg, d))) break;
-            if (w->o.verify_reads && k3_xxh3_64(buf, (size_t)mt->size) != mt->hash) {
-                char hex[17];
-                k3_hex64(mt->hash, hex);
-                e = k3_fail(d, K3_ERR_CORRUPT, "'%s': tensor '%s' at offset %" PRIu64 " (%" PRIu64
-                            " bytes): XXH3-64 does not match the manifest (%s): the pack is damaged, run k3verify",
-                            path, mt->name, mt->offset, mt->size, hex);
-                break;
-            }
+            e = k3w_check_entry(k3_shard_find(&h, mt->name), path, mt->name, mt->encoding, mt->ndim, mt->shape,
+                                mt->offset, mt->size, d);
             k3_tensor *t = &w->tensors[i];
             t->name = mt->name;
             t->enc = mt->encoding;
@@ -227,101 +181,230 @@ static k3_err load_trunk(k3_weights *w, k3_progress *pg, k3_diag *d)
             t->mat.enc = mt->encoding;
             t->mat.rows = mt->ndim ? (uint32_t)mt->shape[0] : 1;
             t->mat.cols = (uint32_t)(mt->ndim ? t->numel / (mt->shape[0] ? mt->shape[0] : 1) : 1);
-            t->mat.data = buf;
+            t->mat.data = NULL;
             t->mat.scales = NULL;
         }
         k3_shard_header_free(&h);
-        close(fd);
         if (e) return e;
+        w->shard_fd_direct[s] = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
     }
     return K3_OK;
 }
 
-#define RECORD_HASH_MISMATCH "XXH3-64 does not match the manifest: the pack is damaged, run k3verify"
-
-/* Record e of el (record_size bytes at rec) matches its manifest hash. */
-static int record_ok(const expert_layer *el, uint64_t e, const uint8_t *rec)
-{
-    return k3_xxh3_64(rec, (size_t)el->record_size) == el->hashes[e];
-}
-
-/* The one message for a record that cannot be used: shard, layer, expert, offset, why. */
-static k3_err record_fail(const expert_layer *el, uint32_t layer, uint64_t e, const char *why, k3_diag *d)
-{
-    return k3_fail(d, K3_ERR_CORRUPT, "'%s': layer %u expert %" PRIu64 " (record at offset %" PRIu64 "): %s",
-                   el->path, layer, e, el->offset + e * el->stride, why);
-}
-
-static k3_err load_experts(k3_weights *w, k3_progress *pg, k3_diag *d)
+/* Group the tensors into units and lay each unit out: tensor i of a unit at pos[i]. */
+static k3_err build_units(k3_weights *w, k3_diag *d)
 {
     k3_manifest *m = &w->mf;
-    w->experts = calloc(w->n_layers, sizeof *w->experts);
-    if (!w->experts) return k3_fail(d, K3_ERR_NOMEM, "out of memory");
-    for (uint32_t l = 0; l < w->n_layers; l++) w->experts[l].fd = w->experts[l].fd_direct = -1;
-    for (uint32_t li = 0; li < m->n_expert_layers; li++) {
-        const k3_mf_experts *me = &m->expert_layers[li];
-        if (me->layer >= w->n_layers)
-            return k3_fail(d, K3_ERR_MODEL, "manifest: expert layer %u is outside the model's %u layers",
-                           me->layer, w->n_layers);
-        expert_layer *el = &w->experts[me->layer];
-        char path[4096];
-        int fd;
-        k3_shard_header h;
-        k3_err e = open_shard(w, me->shard, &fd, path, sizeof path, &h, d);
-        if (e) return e;
-        if (h.n_records != me->count || h.record_stride != me->stride || h.record_size != me->record_size ||
-            h.data_offset != me->offset || h.n_entries != me->n_parts) {
-            e = k3_fail(d, K3_ERR_MODEL, "'%s': record geometry differs from the manifest", path);
-        }
-        for (uint32_t p = 0; p < me->n_parts && !e; p++) {
-            const k3_mf_part *pt = &me->parts[p];
-            const k3_shard_entry *en = k3_shard_find(&h, pt->name);
-            if ((e = check_entry(en, path, pt->name, pt->encoding, pt->ndim, pt->shape, pt->offset, pt->size, d)))
-                break;
-            int mi = pt->name[0] == 'w' ? pt->name[1] == '1' ? 0 : pt->name[1] == '3' ? 1 : pt->name[1] == '2' ? 2 : -1 : -1;
-            const char *suf = pt->name + 2;
-            int which = !strcmp(suf, ".weight_packed") || !strcmp(suf, ".weight") ? 0 :
-                        !strcmp(suf, ".weight_scale") ? 1 : -1;
-            if (mi < 0 || which < 0 || pt->ndim != 2) {
-                e = k3_fail(d, K3_ERR_MODEL, "'%s': unknown expert record part '%s'", path, pt->name);
-                break;
-            }
-            el->off[mi][which] = pt->offset;
-            if (which == 0) {
-                el->enc = pt->encoding;
-                el->rows[mi] = (uint32_t)pt->shape[0];
-                el->cols[mi] = (uint32_t)pt->shape[1];
-            }
-        }
-        if (!e) {
-            el->count = me->count;
-            el->stride = me->stride;
-            el->offset = me->offset;
-            el->record_size = me->record_size;
-            el->hashes = me->hashes;
-            el->path = strdup(path);
-            if (!el->path) e = k3_fail(d, K3_ERR_NOMEM, "out of memory");
-        }
-        if (!e && w->o.expert_slots) {          /* cache mode: keep the shard open, read on demand */
-            el->fd = fd;
-            fd = -1;
-            if (me->offset % 4096 == 0 && me->stride % 4096 == 0) el->fd_direct = open(path, O_RDONLY | O_DIRECT);
-            el->slot = malloc(me->count * sizeof *el->slot);
-            if (!el->slot) e = k3_fail(d, K3_ERR_NOMEM, "out of memory");
-            for (uint64_t r = 0; !e && r < me->count; r++) el->slot[r] = -1;
-            if (me->stride > w->slot_bytes) w->slot_bytes = me->stride;
-        } else if (!e) {                        /* resident: every record now, checked as read */
-            el->data = aligned_zalloc(me->count * me->stride);
-            if (!el->data) e = k3_fail(d, K3_ERR_NOMEM, "out of memory for the experts of layer %u", me->layer);
-            if (!e) e = read_span(w, fd, path, el->data, me->count * me->stride, me->offset, pg, d);
-            for (uint64_t r = 0; !e && w->o.verify_reads && r < me->count; r++)
-                if (!record_ok(el, r, el->data + r * me->stride))
-                    e = record_fail(el, me->layer, r, RECORD_HASH_MISMATCH, d);
-        }
-        k3_shard_header_free(&h);
-        if (fd >= 0) close(fd);
-        if (e) return e;
+    uint32_t nu = w->n_layers + 1;
+    w->units = calloc(nu, sizeof *w->units);
+    int *unit_of = malloc((m->n_tensors ? m->n_tensors : 1) * sizeof *unit_of);
+    if (!w->units || !unit_of) { free(unit_of); return k3_fail(d, K3_ERR_NOMEM, "out of memory"); }
+    for (uint32_t i = 0; i < m->n_tensors; i++) {
+        unit_of[i] = m->shards[m->tensors[i].shard].kind == K3_SHARD_TRUNK ?
+                     k3_trunk_unit(m->tensors[i].name, w->n_layers) : -1;
+        if (unit_of[i] >= 0) w->units[unit_of[i]].n++;
     }
+    for (uint32_t u = 0; u < nu; u++) {
+        trunk_unit *un = &w->units[u];
+        un->ti = malloc((un->n ? un->n : 1) * sizeof *un->ti);
+        un->pos = malloc((un->n ? un->n : 1) * sizeof *un->pos);
+        if (!un->ti || !un->pos) { free(unit_of); return k3_fail(d, K3_ERR_NOMEM, "out of memory"); }
+        un->n = 0;
+        un->streamed = w->o.unit_streamed ? w->o.unit_streamed[u] : 0;
+    }
+    for (uint32_t i = 0; i < m->n_tensors; i++) {          /* manifest order: shard, then offset */
+        if (unit_of[i] < 0) continue;
+        trunk_unit *un = &w->units[unit_of[i]];
+        un->ti[un->n] = i;
+        un->pos[un->n++] = un->bytes;
+        un->bytes += k3_unit_span(m->tensors[i].size);
+    }
+    free(unit_of);
+    return K3_OK;
+}
+
+/* Point unit u's tensors at mem (NULL: the unit is not in memory). */
+static void place_unit(k3_weights *w, int u, uint8_t *mem)
+{
+    trunk_unit *un = &w->units[u];
+    un->mem = mem;
+    for (uint32_t k = 0; k < un->n; k++)
+        w->tensors[un->ti[k]].mat.data = mem ? mem + un->pos[k] : NULL;
+}
+
+/* Queue the reads of unit u into mem. */
+static void submit_unit(k3_weights *w, int u, uint8_t *mem)
+{
+    trunk_unit *un = &w->units[u];
+    k3io_job *jobs[64];
+    int nj = 0;
+    for (uint32_t k = 0; k < un->n; k++) {
+        const k3_mf_tensor *mt = &w->mf.tensors[un->ti[k]];
+        k3io_job *j = &w->tjob[un->ti[k]];
+        j->fd = w->shard_fd[mt->shard];
+        j->fd_direct = mt->offset % 4096 == 0 ? w->shard_fd_direct[mt->shard] : -1;
+        j->off = mt->offset;
+        j->size = mt->size;
+        j->span = k3_unit_span(mt->size);
+        j->dst = mem + un->pos[k];
+        j->verify = w->o.verify_reads;
+        j->hash = mt->hash;
+        jobs[nj++] = j;
+        if (nj == 64 || k + 1 == un->n) { k3io_submit(w->io, jobs, nj); nj = 0; }
+    }
+}
+
+/* Wait for unit u's reads; the first failure is the error. */
+static k3_err wait_unit(k3_weights *w, int u, k3_progress *pg, k3_diag *d)
+{
+    trunk_unit *un = &w->units[u];
+    k3_err e = K3_OK;
+    for (uint32_t k = 0; k < un->n; k++) {
+        k3io_job *j = &w->tjob[un->ti[k]];
+        const k3_mf_tensor *mt = &w->mf.tensors[un->ti[k]];
+        if (k3io_wait(w->io, j) && !e)
+            e = k3_fail(d, j->bad_hash ? K3_ERR_CORRUPT : K3_ERR_IO,
+                        "'%s': tensor '%s' at offset %" PRIu64 " (%" PRIu64 " bytes): %s",
+                        w->shard_path[mt->shard], mt->name, mt->offset, mt->size, j->why);
+        w->st.read_seconds += j->seconds;
+        if (!j->failed) {
+            w->bytes_read += mt->size;
+            w->st.trunk_bytes_read += mt->size;
+        }
+        if (pg) k3_progress_update(pg, w->bytes_read, NULL);
+    }
+    return e;
+}
+
+/* The embedding table: hashed once here (a row cannot be checked alone), then read a row at a
+   time by k3w_embed_row. */
+static k3_err open_embed(k3_weights *w, k3_progress *pg, k3_diag *d)
+{
+    const k3_mf_tensor *mt = NULL;
+    for (uint32_t i = 0; i < w->mf.n_tensors && !mt; i++)
+        if (!strcmp(w->mf.tensors[i].name, "model.embed_tokens.weight")) mt = &w->mf.tensors[i];
+    if (!mt || w->shard_fd[mt->shard] < 0) return K3_OK;   /* the model's check names what is missing */
+    w->embed_fd = w->shard_fd[mt->shard];
+    w->embed_off = mt->offset;
+    w->embed_path = w->shard_path[mt->shard];
+    if (mt->ndim != 2 || !(w->embed_row = malloc((size_t)mt->shape[1] * 2 + 2)))
+        return k3_fail(d, K3_ERR_NOMEM, "out of memory");
+    if (!w->o.verify_reads) return K3_OK;
+    const uint64_t chunk = 8u << 20;
+    uint8_t *buf = malloc(chunk);                         /* [chunk] bytes of the table at a time */
+    k3_hasher64 *h = k3_hasher64_new();
+    k3_err e = !buf || !h ? k3_fail(d, K3_ERR_NOMEM, "out of memory") : K3_OK;
+    for (uint64_t done = 0; !e && done < mt->size;) {
+        uint64_t n = mt->size - done < chunk ? mt->size - done : chunk;
+        e = k3_pread_full(w->embed_fd, buf, (size_t)n, mt->offset + done, w->shard_path[mt->shard], d);
+        if (e) break;
+        posix_fadvise(w->embed_fd, (off_t)(mt->offset + done), (off_t)n, POSIX_FADV_DONTNEED);
+        k3_hasher64_update(h, buf, (size_t)n);
+        done += n;
+        w->bytes_read += n;
+        w->st.trunk_bytes_read += n;
+        if (pg) k3_progress_update(pg, w->bytes_read, NULL);
+    }
+    if (!e && k3_hasher64_digest(h) != mt->hash) {
+        char hex[17];
+        k3_hex64(mt->hash, hex);
+        e = k3_fail(d, K3_ERR_CORRUPT, "'%s': tensor '%s' at offset %" PRIu64 " (%" PRIu64
+                    " bytes): XXH3-64 does not match the manifest (%s): the pack is damaged, run k3verify",
+                    w->shard_path[mt->shard], mt->name, mt->offset, mt->size, hex);
+    }
+    free(buf);
+    k3_hasher64_free(h);
+    return e;
+}
+
+/* Read every resident unit now (all queued at once, the readers work in parallel); set up the
+   two stream buffers and start reading the first streamed unit. */
+static k3_err load_units(k3_weights *w, k3_progress *pg, k3_diag *d)
+{
+    uint32_t nu = w->n_layers + 1;
+    uint64_t big = 0;
+    for (uint32_t u = 0; u < nu; u++) {
+        trunk_unit *un = &w->units[u];
+        if (un->streamed) { if (un->bytes > big) big = un->bytes; continue; }
+        if (!(un->mem = page_alloc(un->bytes)))
+            return k3_fail(d, K3_ERR_NOMEM, "out of memory for the trunk of %s %u (%" PRIu64 " bytes)",
+                           u < w->n_layers ? "layer" : "the head", u, un->bytes);
+        submit_unit(w, (int)u, un->mem);
+    }
+    k3_err e = K3_OK;
+    for (uint32_t u = 0; u < nu; u++) {
+        if (w->units[u].streamed) continue;
+        k3_err eu = wait_unit(w, (int)u, pg, d);       /* wait for all, even after a failure */
+        if (!e) e = eu;
+        place_unit(w, (int)u, w->units[u].mem);
+    }
+    if (e) return e;
+    w->cur_buf = -1;
+    for (int b = 0; b < 2; b++) {
+        w->sb[b].unit = -1;
+        if (big && !(w->sb[b].mem = page_alloc(big)))
+            return k3_fail(d, K3_ERR_NOMEM, "out of memory for the trunk stream buffers (2 x %" PRIu64 " bytes)", big);
+    }
+    for (uint32_t u = 0; u < nu; u++)
+        if (w->units[u].streamed) {
+            w->sb[0].unit = (int)u;
+            w->sb[0].pending = 1;
+            submit_unit(w, (int)u, w->sb[0].mem);
+            break;
+        }
+    return K3_OK;
+}
+
+/* Wait for buffer b's reads if any are in flight; their failure is reported only if asked. */
+static k3_err settle(k3_weights *w, int b, int report, k3_diag *d)
+{
+    stream_buf *s = &w->sb[b];
+    if (!s->pending) return K3_OK;
+    s->pending = 0;
+    k3_diag scratch;
+    k3_err e = wait_unit(w, s->unit, NULL, report ? d : &scratch);
+    w->st.units_streamed++;
+    if (e && !report) s->unit = -1;                   /* a failed prefetch nobody asked for: forget it */
+    return report ? e : K3_OK;
+}
+
+k3_err k3w_layer_begin(k3_weights *w, int layer, k3_diag *d)
+{
+    if (layer < -1 || layer >= (int)w->n_layers) return k3_fail(d, K3_ERR_INTERNAL, "no layer %d", layer);
+    int u = layer < 0 ? (int)w->n_layers : layer, nu = (int)w->n_layers + 1;
+    if (!w->units[u].streamed) return K3_OK;
+    double t0 = k3_now();
+    int b = w->sb[0].unit == u ? 0 : w->sb[1].unit == u ? 1 : -1;
+    if (b < 0) {                                       /* not prefetched (first pass, or out of order) */
+        b = w->cur_buf == 0 ? 1 : 0;
+        settle(w, b, 0, d);
+        if (w->sb[b].unit >= 0) place_unit(w, w->sb[b].unit, NULL);
+        w->sb[b].unit = u;
+        w->sb[b].pending = 1;
+        submit_unit(w, u, w->sb[b].mem);
+    }
+    k3_err e = settle(w, b, 1, d);
+    if (e) {
+        w->sb[b].unit = -1;
+        place_unit(w, u, NULL);
+        return e;
+    }
+    place_unit(w, u, w->sb[b].mem);
+    w->cur_buf = b;
+    int next = u;                                      /* the next streamed unit, cyclically */
+    for (int i = 1; i < nu; i++) {
+        int v = (u + i) % nu;
+        if (w->units[v].streamed) { next = v; break; }
+    }
+    int o = 1 - b;
+    if (next != u && w->sb[o].unit != next) {
+        settle(w, o, 0, d);
+        if (w->sb[o].unit >= 0) place_unit(w, w->sb[o].unit, NULL);
+        w->sb[o].unit = next;
+        w->sb[o].pending = 1;
+        submit_unit(w, next, w->sb[o].mem);
+    }
+    w->st.wait_seconds += k3_now() - t0;
     return K3_OK;
 }
 
@@ -336,11 +419,12 @@ static const k3_tensor *find(const k3_tensor **sorted, uint32_t n, const char *n
 
 static k3_err build_index(k3_weights *w, k3_diag *d)
 {
-    uint32_t n = w->mf.n_tensors;
-    const k3_tensor **sorted = malloc((n ? n : 1) * sizeof *sorted);
+    uint32_t n = 0;
+    const k3_tensor **sorted = malloc((w->mf.n_tensors ? w->mf.n_tensors : 1) * sizeof *sorted);
     w->idx = calloc(w->n_layers + 1, sizeof *w->idx);
     if (!sorted || !w->idx) { free(sorted); return k3_fail(d, K3_ERR_NOMEM, "out of memory"); }
-    for (uint32_t i = 0; i < n; i++) sorted[i] = &w->tensors[i];
+    for (uint32_t i = 0; i < w->mf.n_tensors; i++)
+        if (w->tensors[i].name) sorted[n++] = &w->tensors[i];
     qsort(sorted, n, sizeof *sorted, name_cmp);
     char name[512];
     for (int id = 0; id < K3W__COUNT; id++) {
@@ -357,33 +441,12 @@ static k3_err build_index(k3_weights *w, k3_diag *d)
     return K3_OK;
 }
 
-static k3_err cache_init(k3_weights *w, k3_diag *d)
-{
-    w->n_slots = w->o.expert_slots;
-    if (!w->slot_bytes) { w->n_slots = 0; return K3_OK; }             /* no experts at all */
-    if (w->n_slots > SIZE_MAX / w->slot_bytes) return k3_fail(d, K3_ERR_NOMEM, "expert cache too large");
-    void *p = NULL;
-    if (posix_memalign(&p, 4096, (size_t)(w->n_slots * w->slot_bytes)))
-        return k3_fail(d, K3_ERR_NOMEM, "out of memory for the expert cache (%llu slots of %llu bytes)",
-                       (unsigned long long)w->n_slots, (unsigned long long)w->slot_bytes);
-    w->slots = p;
-    w->slot_layer = malloc(w->n_slots * sizeof(int32_t));
-    w->slot_expert = malloc(w->n_slots * sizeof(int32_t));
-    w->slot_used = calloc(w->n_slots, sizeof(uint64_t));
-    w->slot_pin = calloc(w->n_slots, sizeof(int32_t));
-    w->miss_slot = malloc(w->n_slots * sizeof(int32_t));
-    w->miss_j = malloc(w->n_slots * sizeof(int32_t));
-    if (!w->slot_layer || !w->slot_expert || !w->slot_used || !w->slot_pin || !w->miss_slot || !w->miss_j)
-        return k3_fail(d, K3_ERR_NOMEM, "out of memory");
-    for (uint64_t i = 0; i < w->n_slots; i++) w->slot_layer[i] = w->slot_expert[i] = -1;
-    return K3_OK;
-}
-
 k3_err k3_weights_open(const char *dir, k3_weights **out, k3_diag *d)
 {
     *out = NULL;
     k3_weights *w = calloc(1, sizeof *w);
     if (!w || !(w->dir = strdup(dir))) { free(w); return k3_fail(d, K3_ERR_NOMEM, "out of memory"); }
+    w->embed_fd = -1;
     k3_err e = k3_manifest_load(dir, &w->mf, d);
     if (e) { free(w->dir); free(w); return e; }
     char name[4200];
@@ -398,15 +461,19 @@ k3_err k3_weights_load(k3_weights *w, const k3_weights_opts *o, k3_diag *d)
 {
     if (w->tensors) return k3_fail(d, K3_ERR_INTERNAL, "the weights are already loaded");
     w->o = *o;
+    if (!(w->io = k3io_new(K3_READERS))) return k3_fail(d, K3_ERR_NOMEM, "cannot start the reader threads");
     uint64_t total = 0;
     for (uint32_t s = 0; s < w->mf.n_shards; s++) total += w->mf.shards[s].size;
     k3_progress pg;
     k3_progress *pp = o->progress ? &pg : NULL;
     if (pp) k3_progress_start(pp, "loading", total);
-    k3_err e = load_trunk(w, pp, d);
-    if (!e) e = load_experts(w, pp, d);
+    k3_err e = open_trunk(w, d);
+    if (!e) e = build_units(w, d);
+    if (!e) e = open_embed(w, pp, d);
+    if (!e) e = load_units(w, pp, d);
+    if (!e) e = k3w_load_experts(w, pp, d);
     if (pp) k3_progress_end(pp);
-    if (!e && o->expert_slots) e = cache_init(w, d);
+    if (!e && o->expert_slots) e = k3w_cache_init(w, d);
     if (!e) e = build_index(w, d);
     return e;
 }
@@ -414,28 +481,30 @@ k3_err k3_weights_load(k3_weights *w, const k3_weights_opts *o, k3_diag *d)
 void k3_weights_free(k3_weights *w)
 {
     if (!w) return;
-    if (w->blocks)
-        for (uint32_t i = 0; i < w->mf.n_tensors; i++) free(w->blocks[i]);
-    free(w->blocks);
-    free(w->tensors);
-    free(w->idx);
-    if (w->experts)
-        for (uint32_t l = 0; l < w->n_layers; l++) {
-            expert_layer *el = &w->experts[l];
-            free(el->data);
-            free(el->slot);
-            free(el->path);
-            if (el->fd >= 0) close(el->fd);
-            if (el->fd_direct >= 0) close(el->fd_direct);
+    k3io_free(w->io);                                 /* waits for reads still in flight */
+    if (w->units)
+        for (uint32_t u = 0; u <= w->n_layers; u++) {
+            if (!w->units[u].streamed) free(w->units[u].mem);
+            free(w->units[u].ti);
+            free(w->units[u].pos);
         }
-    free(w->experts);
-    free(w->slots);
-    free(w->slot_layer);
-    free(w->slot_expert);
-    free(w->slot_used);
-    free(w->slot_pin);
-    free(w->miss_slot);
-    free(w->miss_j);
+    free(w->units);
+    free(w->sb[0].mem);
+    free(w->sb[1].mem);
+    if (w->shard_fd)
+        for (uint32_t s = 0; s < w->mf.n_shards; s++) {
+            if (w->shard_fd[s] >= 0) close(w->shard_fd[s]);
+            if (w->shard_fd_direct[s] >= 0) close(w->shard_fd_direct[s]);
+            free(w->shard_path[s]);
+        }
+    free(w->shard_fd);
+    free(w->shard_fd_direct);
+    free(w->shard_path);
+    free(w->tensors);
+    free(w->tjob);
+    free(w->embed_row);
+    free(w->idx);
+    k3w_experts_free(w);
     k3_manifest_free(&w->mf);
     free(w->dir);
     free(w);
@@ -463,116 +532,15 @@ k3_err k3w_embed_row(k3_weights *w, int32_t token, float *dst, k3_diag *d)
     if (!t || token < 0 || (uint32_t)token >= t->mat.rows)
         return k3_fail(d, K3_ERR_USAGE, "token id %d is outside the vocabulary (0..%u)", (int)token,
                        t ? t->mat.rows - 1 : 0);
-    const uint16_t *row = (const uint16_t *)t->mat.data + (size_t)token * t->mat.cols;
-    for (uint32_t i = 0; i < t->mat.cols; i++) dst[i] = k3_bf16_to_f32(row[i]);
+    uint16_t *row = w->embed_row;                        /* [cols] BF16 */
+    uint32_t cols = t->mat.cols;
+    if (!row || t->enc != K3_ENC_BF16)
+        return k3_fail(d, K3_ERR_INTERNAL, "'%s': the embedding table is not open", t->name);
+    uint64_t off = w->embed_off + (uint64_t)token * cols * 2;
+    k3_err e = k3_pread_full(w->embed_fd, row, (size_t)cols * 2, off, w->embed_path, d);
+    if (e) return e;
+    w->bytes_read += (uint64_t)cols * 2;
+    w->st.trunk_bytes_read += (uint64_t)cols * 2;
+    for (uint32_t i = 0; i < cols; i++) dst[i] = k3_bf16_to_f32(row[i]);
     return K3_OK;
-}
-
-static void fill_expert(const expert_layer *el, const uint8_t *rec, k3_expert *out)
-{
-    k3_mat *mats[3] = {&out->w1, &out->w3, &out->w2};
-    for (int mi = 0; mi < 3; mi++) {
-        mats[mi]->enc = el->enc;
-        mats[mi]->rows = el->rows[mi];
-        mats[mi]->cols = el->cols[mi];
-        mats[mi]->data = rec + el->off[mi][0];
-        mats[mi]->scales = el->enc == K3_ENC_MXFP4 ? rec + el->off[mi][1] : NULL;
-    }
-}
-
-/* Read record e of el into buf [stride], check its hash. 0 or an errno-style failure in *what. */
-static int read_record(const expert_layer *el, uint64_t e, uint8_t *buf, int verify, const char **what)
-{
-    uint64_t off = el->offset + e * el->stride;
-    int fd = el->fd_direct >= 0 ? el->fd_direct : el->fd;
-    size_t len = (size_t)(el->fd_direct >= 0 ? el->stride : el->record_size);
-    for (size_t done = 0; done < len;) {
-        ssize_t r = pread(fd, buf + done, len - done, (off_t)(off + done));
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0 && fd == el->fd_direct && done == 0) { fd = el->fd; len = (size_t)el->record_size; continue; }
-        if (r <= 0) { *what = r < 0 ? strerror(errno) : "the file ended early (truncated?)"; return -1; }
-        done += (size_t)r;
-    }
-    if (fd == el->fd) posix_fadvise(el->fd, (off_t)off, (off_t)el->record_size, POSIX_FADV_DONTNEED);
-    if (verify && !record_ok(el, e, buf)) {
-        *what = RECORD_HASH_MISMATCH;
-        return -1;
-    }
-    return 0;
-}
-
-k3_err k3w_experts_acquire(k3_weights *w, int layer, const int32_t *ids, int n, k3_expert *out, k3_diag *d)
-{
-    if (layer < 0 || layer >= (int)w->n_layers || !w->experts[layer].count)
-        return k3_fail(d, K3_ERR_MODEL, "layer %d has no routed experts in the pack", layer);
-    expert_layer *el = &w->experts[layer];
-    for (int j = 0; j < n; j++)
-        if (ids[j] < 0 || (uint64_t)ids[j] >= el->count)
-            return k3_fail(d, K3_ERR_MODEL, "layer %d: expert %d is outside 0..%" PRIu64, layer, (int)ids[j],
-                           el->count - 1);
-    if (!w->o.expert_slots) {
-        for (int j = 0; j < n; j++) fill_expert(el, el->data + (uint64_t)ids[j] * el->stride, &out[j]);
-        return K3_OK;
-    }
-    if ((uint64_t)n > w->n_slots)
-        return k3_fail(d, K3_ERR_INTERNAL, "%d experts asked at once, the cache has %" PRIu64 " slots", n, w->n_slots);
-    int nm = 0;
-    for (int j = 0; j < n; j++) {                      /* hits first: pin them so no miss evicts them */
-        int32_t s = el->slot[ids[j]];
-        if (s >= 0) {
-            w->slot_pin[s] = 1;
-            w->slot_used[s] = ++w->tick;
-            w->st.expert_hits++;
-            fill_expert(el, w->slots + (uint64_t)s * w->slot_bytes, &out[j]);
-        } else {
-            w->miss_j[nm++] = j;
-        }
-    }
-    for (int q = 0; q < nm; q++) {                     /* a victim each: the least recently used unpinned slot */
-        uint64_t best = UINT64_MAX;
-        int32_t v = -1;
-        for (uint64_t s = 0; s < w->n_slots; s++)
-            if (!w->slot_pin[s] && w->slot_used[s] < best) { best = w->slot_used[s]; v = (int32_t)s; }
-        if (v < 0) return k3_fail(d, K3_ERR_INTERNAL, "expert cache: no free slot");
-        if (w->slot_layer[v] >= 0) w->experts[w->slot_layer[v]].slot[w->slot_expert[v]] = -1;
-        w->slot_layer[v] = layer;
-        w->slot_expert[v] = ids[w->miss_j[q]];
-        w->slot_pin[v] = 1;
-        w->slot_used[v] = ++w->tick;
-        el->slot[ids[w->miss_j[q]]] = v;
-        w->miss_slot[q] = v;
-    }
-    double t0 = k3_now();
-    int bad = -1;
-    const char *why = NULL;
-#pragma omp parallel for schedule(dynamic, 1) if (nm > 1)
-    for (int q = 0; q < nm; q++) {
-        const char *what = NULL;
-        int32_t v = w->miss_slot[q];
-        if (read_record(el, (uint64_t)ids[w->miss_j[q]], w->slots + (uint64_t)v * w->slot_bytes, w->o.verify_reads,
-                        &what)) {
-#pragma omp critical(k3w_read_error)
-            if (bad < 0 || q < bad) { bad = q; why = what; }
-        }
-    }
-    w->st.io_seconds += k3_now() - t0;
-    w->st.expert_misses += (uint64_t)nm;
-    w->bytes_read += (uint64_t)nm * el->record_size;
-    if (bad >= 0) {
-        int32_t v = w->miss_slot[bad];
-        int32_t e = ids[w->miss_j[bad]];
-        el->slot[e] = -1;                               /* never leave a damaged record cached */
-        w->slot_layer[v] = w->slot_expert[v] = -1;
-        w->slot_used[v] = 0;
-        return record_fail(el, (uint32_t)layer, (uint64_t)e, why, d);
-    }
-    for (int q = 0; q < nm; q++)
-        fill_expert(el, w->slots + (uint64_t)w->miss_slot[q] * w->slot_bytes, &out[w->miss_j[q]]);
-    return K3_OK;
-}
-
-void k3w_experts_release(k3_weights *w, int layer)
-{
-    (void)layer;
-    if (w->slot_pin) memset(w->slot_pin, 0, w->n_slots * sizeof *w->slot_pin);
 }

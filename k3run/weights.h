@@ -4,10 +4,18 @@
  * or hashes, so a later memory plan (trunk streaming, an expert cache) can
  * change where the bytes live without touching the model code.
  *
- * This implementation reads every tensor and expert record once at open into
- * owned, 64-byte-aligned memory with pread (never mmap), after checking the
- * manifest and every shard header, and checks each tensor's and record's
- * XXH3-64 against the manifest as it is read (unless verify_reads is off).
+ * Where the bytes live is the memory plan's choice (plan.h): trunk units
+ * (a layer's tensors, or the head's) are resident, or streamed through two
+ * buffers (the next streamed unit is read while the model computes this one);
+ * experts are all resident, or go through a fixed-slot cache. Everything is
+ * read with pread (never mmap) by reader threads, after the manifest and every
+ * shard header are checked, and each tensor's and record's XXH3-64 is checked
+ * against the manifest before the model sees it (unless verify_reads is off).
+ * The embedding table is hashed once at load and then read one row per token.
+ *
+ * The model brackets each layer with k3w_layer_begin (the head: layer -1);
+ * a tensor's data pointer is valid from its unit's begin until the next
+ * streamed unit's begin. Metadata (name, shape, encoding) is always valid.
  */
 #ifndef K3_WEIGHTS_H
 #define K3_WEIGHTS_H
@@ -59,13 +67,19 @@ typedef struct k3_weights_opts {
     int progress;            /* show a progress line while loading (TTY only) */
     uint64_t expert_slots;   /* 0: every expert read at open and resident; else a cache of this
                                 many slots, filled on demand (pread, O_DIRECT where possible) */
+    const uint8_t *unit_streamed;  /* [n_layers + 1] (plan.h units: layers, then the head), 1: streamed
+                                      through two buffers, read every forward pass; NULL: all resident */
 } k3_weights_opts;
 
-/* Counters of the expert cache (all zero when every expert is resident). */
+/* Counters since open (expert counters stay zero when every expert is resident). */
 typedef struct k3_weights_stats {
     uint64_t expert_hits, expert_misses;
-    uint64_t bytes_read;     /* from disk, since open */
-    double io_seconds;       /* wall time spent reading experts */
+    uint64_t bytes_read;         /* from disk: everything */
+    uint64_t trunk_bytes_read;   /* of it: trunk units (at load, and streamed ones every pass) */
+    uint64_t expert_bytes_read;  /* of it: expert records */
+    uint64_t units_streamed;     /* streamed trunk units read */
+    double wait_seconds;         /* the compute thread blocked on reads (trunk units and experts) */
+    double read_seconds;         /* time of the reads themselves, summed over reader threads */
 } k3_weights_stats;
 
 /* Open a pack directory: its manifest and model config (nothing else is read yet, so a
@@ -83,6 +97,11 @@ void k3w_stats(const k3_weights *w, k3_weights_stats *st);
 /* How many experts of one layer can be acquired at once (the cache's slots, or all). */
 uint32_t k3w_expert_capacity(const k3_weights *w);
 
+/* The model is about to compute layer `layer` (-1: the head). Makes its trunk unit's tensors
+   available (waiting for a streamed unit's read, or reading it now) and starts reading the next
+   streamed unit. Fails naming the tensor, shard and offset when a read or its hash fails. */
+k3_err k3w_layer_begin(k3_weights *w, int layer, k3_diag *d);
+
 /* A layer's tensor (layer -1: model level), or NULL when the model has none. */
 const k3_tensor *k3w_get(k3_weights *w, int layer, k3_wid id);
 /* Copy a vector tensor (BF16 or F32, numel n) as fp32 into dst [n]. */
@@ -90,13 +109,22 @@ void k3w_vec(const k3_tensor *t, float *dst);
 /* One embedding row as fp32: dst [D]. */
 k3_err k3w_embed_row(k3_weights *w, int32_t token, float *dst, k3_diag *d);
 
+/* The shapes and encoding of `layer`'s experts (data pointers NULL), without reading any. */
+k3_err k3w_expert_shape(k3_weights *w, int layer, k3_expert *out, k3_diag *d);
+
 /*
- * Make experts ids[0..n) of `layer` available (n <= k3w_expert_capacity):
- * out[j] are their matrices, valid until k3w_experts_release. Missing ones
- * are read together (in parallel) and hash-checked before use.
+ * Ask for experts ids[0..n) of `layer` (distinct, n <= k3w_expert_capacity).
+ * out[j] are their matrices, usable once k3w_experts_next has handed out j,
+ * until k3w_experts_release. Missing ones are read together, in parallel, by
+ * the reader threads and hash-checked; k3w_experts_next hands out the cached
+ * ones first, so compute starts while the others are read.
  */
 k3_err k3w_experts_acquire(k3_weights *w, int layer, const int32_t *ids, int n, k3_expert *out,
                            k3_diag *d);
+/* The next expert of the acquire that is ready (*j its index in ids), waiting for its read if
+   needed; *j = -1 when all were handed out. The order never changes what is computed. */
+k3_err k3w_experts_next(k3_weights *w, int *j, k3_diag *d);
+/* Done with the acquire's experts (waits for reads still in flight). */
 void k3w_experts_release(k3_weights *w, int layer);
 
 #endif

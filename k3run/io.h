@@ -1,0 +1,48 @@
+/*
+ * io.h - a small pool of reader threads for the weights: pread a span of a
+ * shard into memory and check its XXH3-64, off the compute threads.
+ *
+ * A job is owned by its submitter and must stay alive until k3io_wait has
+ * returned for it. Jobs run in submission order (several at once, one per
+ * reader thread), so a disk sees a deep queue of large reads while the
+ * compute threads multiply what is already in memory.
+ */
+#ifndef K3_IO_H
+#define K3_IO_H
+
+#include <stdint.h>
+
+typedef struct k3io_job {
+    /* in */
+    int fd;                  /* buffered descriptor of the shard */
+    int fd_direct;           /* O_DIRECT descriptor, or -1 */
+    uint64_t off;            /* file offset */
+    uint64_t size;           /* bytes wanted (and hashed) */
+    uint64_t span;           /* bytes an O_DIRECT read may take (size rounded to 4 KiB; 0: no O_DIRECT) */
+    uint8_t *dst;            /* [span or size], 4 KiB-aligned for O_DIRECT */
+    int verify;              /* check XXH3-64 of dst[0..size) against hash */
+    uint64_t hash;
+    /* out (valid after k3io_wait) */
+    int failed;              /* 0, or the read or the hash failed */
+    int bad_hash;            /* it was the hash (the bytes were read) */
+    const char *why;         /* static text or strerror's; NULL when ok */
+    double seconds;          /* time the read and hash took */
+    /* private */
+    volatile int done;
+    struct k3io_job *next;
+} k3io_job;
+
+typedef struct k3io k3io;
+
+/* A pool of n reader threads (n >= 1); NULL when threads cannot be made. */
+k3io *k3io_new(int n);
+/* Wait for every job, then stop the threads. */
+void k3io_free(k3io *io);
+/* Queue jobs (the pool reads them in this order). */
+void k3io_submit(k3io *io, k3io_job *const *jobs, int n);
+/* Block until the job is done; returns job->failed. */
+int k3io_wait(k3io *io, k3io_job *job);
+/* Run a job on the calling thread (no pool). */
+void k3io_run(k3io_job *job);
+
+#endif

@@ -1,0 +1,123 @@
+/* runstats.c - per-token statistics (runstats.h). */
+#include "runstats.h"
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "k3_sys.h"
+
+static uint64_t status_kb(const char *buf, const char *key)
+{
+    const char *p = strstr(buf, key);
+    if (!p) return 0;
+    p += strlen(key);
+    while (*p == ' ' || *p == '\t') p++;
+    uint64_t v = 0;
+    while (*p >= '0' && *p <= '9') v = v * 10 + (uint64_t)(*p++ - '0');
+    return v * 1024;
+}
+
+void k3_mem_now(uint64_t *rss, uint64_t *hwm)
+{
+    char buf[4096];                                   /* /proc/self/status, read without stdio */
+    *rss = *hwm = 0;
+    int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return;
+    buf[n] = 0;
+    *rss = status_kb(buf, "VmRSS:");
+    *hwm = status_kb(buf, "VmHWM:");
+}
+
+int k3_runstats_init(k3_runstats *r, k3_weights *w, uint32_t cap)
+{
+    memset(r, 0, sizeof *r);
+    r->w = w;
+    r->cap = cap;
+    r->tok = calloc(cap ? cap : 1, sizeof *r->tok);
+    k3w_stats(w, &r->last);
+    r->t_last = k3_now();
+    return r->tok ? 0 : -1;
+}
+
+void k3_runstats_free(k3_runstats *r) { free(r->tok); r->tok = NULL; }
+
+void k3_runstats_step(void *ctx, int64_t index)
+{
+    k3_runstats *r = ctx;
+    k3_step_stat *s = index < 0 ? &r->prefill : (uint64_t)index < r->cap ? &r->tok[index] : NULL;
+    if (!s) return;
+    k3_weights_stats now;
+    k3w_stats(r->w, &now);
+    double t = k3_now();
+    s->seconds = t - r->t_last;
+    s->bytes_read = now.bytes_read - r->last.bytes_read;
+    s->trunk_bytes = now.trunk_bytes_read - r->last.trunk_bytes_read;
+    s->hits = now.expert_hits - r->last.expert_hits;
+    s->misses = now.expert_misses - r->last.expert_misses;
+    s->wait_seconds = now.wait_seconds - r->last.wait_seconds;
+    k3_mem_now(&s->rss, &s->hwm);
+    if (index >= 0 && (uint32_t)index + 1 > r->n) r->n = (uint32_t)index + 1;
+    r->last = now;
+    r->t_last = k3_now();                              /* the sample's own cost is not the next step's */
+}
+
+static double mib(uint64_t b) { return b / 1048576.0; }
+
+void k3_runstats_print(const k3_runstats *r, FILE *f)
+{
+    fprintf(f, "k3run: %-8s %9s %11s %8s %8s %10s %9s %9s\n", "step", "ms", "read MiB", "hits", "misses",
+            "io wait ms", "RSS MiB", "HWM MiB");
+    const k3_step_stat *p = &r->prefill;
+    fprintf(f, "k3run: %-8s %9.1f %11.1f %8llu %8llu %10.1f %9.1f %9.1f\n", "prompt", p->seconds * 1e3,
+            mib(p->bytes_read), (unsigned long long)p->hits, (unsigned long long)p->misses, p->wait_seconds * 1e3,
+            mib(p->rss), mib(p->hwm));
+    k3_step_stat sum = {0};
+    for (uint32_t i = 0; i < r->n; i++) {
+        const k3_step_stat *s = &r->tok[i];
+        fprintf(f, "k3run: %-8u %9.1f %11.1f %8llu %8llu %10.1f %9.1f %9.1f\n", i, s->seconds * 1e3,
+                mib(s->bytes_read), (unsigned long long)s->hits, (unsigned long long)s->misses,
+                s->wait_seconds * 1e3, mib(s->rss), mib(s->hwm));
+        sum.seconds += s->seconds;
+        sum.bytes_read += s->bytes_read;
+        sum.hits += s->hits;
+        sum.misses += s->misses;
+        sum.wait_seconds += s->wait_seconds;
+    }
+    if (r->n) {
+        double n = r->n;
+        fprintf(f, "k3run: per generated token: %.3f s, %.1f MiB read, %.1f hits, %.1f misses, "
+                "waiting for reads %.3f s (%.0f%%), computing %.3f s\n", sum.seconds / n, mib(sum.bytes_read) / n,
+                sum.hits / n, sum.misses / n, sum.wait_seconds / n,
+                sum.seconds > 0 ? 100.0 * sum.wait_seconds / sum.seconds : 0.0,
+                (sum.seconds - sum.wait_seconds) / n);
+    }
+}
+
+static json_t *step_json(const k3_step_stat *s)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "seconds", json_real(s->seconds));
+    json_object_set_new(o, "bytes_read", json_integer((json_int_t)s->bytes_read));
+    json_object_set_new(o, "trunk_bytes_read", json_integer((json_int_t)s->trunk_bytes));
+    json_object_set_new(o, "expert_hits", json_integer((json_int_t)s->hits));
+    json_object_set_new(o, "expert_misses", json_integer((json_int_t)s->misses));
+    json_object_set_new(o, "io_wait_seconds", json_real(s->wait_seconds));
+    json_object_set_new(o, "compute_seconds", json_real(s->seconds - s->wait_seconds));
+    json_object_set_new(o, "rss_bytes", json_integer((json_int_t)s->rss));
+    json_object_set_new(o, "hwm_bytes", json_integer((json_int_t)s->hwm));
+    return o;
+}
+
+json_t *k3_runstats_json(const k3_runstats *r)
+{
+    json_t *o = json_object(), *a = json_array();
+    json_object_set_new(o, "prefill", step_json(&r->prefill));
+    for (uint32_t i = 0; i < r->n; i++) json_array_append_new(a, step_json(&r->tok[i]));
+    json_object_set_new(o, "tokens", a);
+    return o;
+}

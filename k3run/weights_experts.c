@@ -1,0 +1,321 @@
+/*
+ * weights_experts.c - the routed experts (weights.h): every record resident,
+ * or a fixed-slot cache keyed by (layer, expert).
+ *
+ * The cache: slots of the largest record stride, 4 KiB-aligned, so a miss is
+ * one O_DIRECT pread of a whole record (buffered + POSIX_FADV_DONTNEED where
+ * the file system refuses O_DIRECT). A layer's misses are queued together on
+ * the reader threads; k3w_experts_next hands out the hits first, then each
+ * miss as its read and hash check complete. Eviction: the least recently
+ * used slot that the current acquire does not hold (docs/PERFORMANCE.md has
+ * the policies measured on medium's routing).
+ */
+#define _GNU_SOURCE
+#include "weights_impl.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "k3_hash.h"
+#include "k3_sys.h"
+
+static void *aligned_zalloc(uint64_t n)
+{
+    if (n > SIZE_MAX - 64) return NULL;
+    void *p = NULL;
+    size_t sz = (size_t)((n + 63) & ~(uint64_t)63);
+    if (sz == 0) sz = 64;
+    if (posix_memalign(&p, 64, sz)) return NULL;
+    memset(p, 0, sz);
+    return p;
+}
+
+/* Record e of el (record_size bytes at rec) matches its manifest hash. */
+static int record_ok(const expert_layer *el, uint64_t e, const uint8_t *rec)
+{
+    return k3_xxh3_64(rec, (size_t)el->record_size) == el->hashes[e];
+}
+
+/* The one message for a record that cannot be used: shard, layer, expert, offset, why. */
+static k3_err record_fail(const expert_layer *el, uint32_t layer, uint64_t e, int bad_hash, const char *why,
+                          k3_diag *d)
+{
+    return k3_fail(d, bad_hash ? K3_ERR_CORRUPT : K3_ERR_IO,
+                   "'%s': layer %u expert %" PRIu64 " (record at offset %" PRIu64 "): %s",
+                   el->path, layer, e, el->offset + e * el->stride, why);
+}
+
+k3_err k3w_load_experts(k3_weights *w, k3_progress *pg, k3_diag *d)
+{
+    k3_manifest *m = &w->mf;
+    w->experts = calloc(w->n_layers, sizeof *w->experts);
+    if (!w->experts) return k3_fail(d, K3_ERR_NOMEM, "out of memory");
+    for (uint32_t l = 0; l < w->n_layers; l++) w->experts[l].fd = w->experts[l].fd_direct = -1;
+    for (uint32_t li = 0; li < m->n_expert_layers; li++) {
+        const k3_mf_experts *me = &m->expert_layers[li];
+        if (me->layer >= w->n_layers)
+            return k3_fail(d, K3_ERR_MODEL, "manifest: expert layer %u is outside the model's %u layers",
+                           me->layer, w->n_layers);
+        expert_layer *el = &w->experts[me->layer];
+        char path[4096];
+        int fd;
+        k3_shard_header h;
+        k3_err e = k3w_open_shard(w, me->shard, &fd, path, sizeof path, &h, d);
+        if (e) return e;
+        if (h.n_records != me->count || h.record_stride != me->stride || h.record_size != me->record_size ||
+            h.data_offset != me->offset || h.n_entries != me->n_parts) {
+            e = k3_fail(d, K3_ERR_MODEL, "'%s': record geometry differs from the manifest", path);
+        }
+        for (uint32_t p = 0; p < me->n_parts && !e; p++) {
+            const k3_mf_part *pt = &me->parts[p];
+            const k3_shard_entry *en = k3_shard_find(&h, pt->name);
+            if ((e = k3w_check_entry(en, path, pt->name, pt->encoding, pt->ndim, pt->shape, pt->offset, pt->size, d)))
+                break;
+            int mi = pt->name[0] == 'w' ? pt->name[1] == '1' ? 0 : pt->name[1] == '3' ? 1 : pt->name[1] == '2' ? 2 : -1 : -1;
+            const char *suf = pt->name + 2;
+            int which = !strcmp(suf, ".weight_packed") || !strcmp(suf, ".weight") ? 0 :
+                        !strcmp(suf, ".weight_scale") ? 1 : -1;
+            if (mi < 0 || which < 0 || pt->ndim != 2) {
+                e = k3_fail(d, K3_ERR_MODEL, "'%s': unknown expert record part '%s'", path, pt->name);
+                break;
+            }
+            el->off[mi][which] = pt->offset;
+            if (which == 0) {
+                el->enc = pt->encoding;
+                el->rows[mi] = (uint32_t)pt->shape[0];
+                el->cols[mi] = (uint32_t)pt->shape[1];
+            }
+        }
+        if (!e) {
+            el->count = me->count;
+            el->stride = me->stride;
+            el->offset = me->offset;
+            el->record_size = me->record_size;
+            el->hashes = me->hashes;
+            el->path = strdup(path);
+            if (!el->path) e = k3_fail(d, K3_ERR_NOMEM, "out of memory");
+        }
+        if (!e && w->o.expert_slots) {          /* cache mode: keep the shard open, read on demand */
+            el->fd = fd;
+            fd = -1;
+            if (me->offset % 4096 == 0 && me->stride % 4096 == 0)
+                el->fd_direct = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
+            el->slot = malloc(me->count * sizeof *el->slot);
+            if (!el->slot) e = k3_fail(d, K3_ERR_NOMEM, "out of memory");
+            for (uint64_t r = 0; !e && r < me->count; r++) el->slot[r] = -1;
+            if (me->stride > w->slot_bytes) w->slot_bytes = me->stride;
+        } else if (!e) {                        /* resident: every record now, checked as read */
+            el->data = aligned_zalloc(me->count * me->stride);
+            if (!el->data) e = k3_fail(d, K3_ERR_NOMEM, "out of memory for the experts of layer %u", me->layer);
+            uint64_t before = w->bytes_read;
+            if (!e) e = k3w_read_span(w, fd, path, el->data, me->count * me->stride, me->offset, pg, d);
+            w->st.expert_bytes_read += w->bytes_read - before;
+            for (uint64_t r = 0; !e && w->o.verify_reads && r < me->count; r++)
+                if (!record_ok(el, r, el->data + r * me->stride))
+                    e = record_fail(el, me->layer, r, 1, RECORD_HASH_MISMATCH, d);
+        }
+        k3_shard_header_free(&h);
+        if (fd >= 0) close(fd);
+        if (e) return e;
+    }
+    return K3_OK;
+}
+
+k3_err k3w_cache_init(k3_weights *w, k3_diag *d)
+{
+    w->n_slots = w->o.expert_slots;
+    if (!w->slot_bytes) { w->n_slots = 0; return K3_OK; }             /* no experts at all */
+    if (w->n_slots > SIZE_MAX / w->slot_bytes) return k3_fail(d, K3_ERR_NOMEM, "expert cache too large");
+    void *p = NULL;
+    if (posix_memalign(&p, 4096, (size_t)(w->n_slots * w->slot_bytes)))
+        return k3_fail(d, K3_ERR_NOMEM, "out of memory for the expert cache (%llu slots of %llu bytes)",
+                       (unsigned long long)w->n_slots, (unsigned long long)w->slot_bytes);
+    w->slots = p;
+    w->slot_layer = malloc(w->n_slots * sizeof(int32_t));
+    w->slot_expert = malloc(w->n_slots * sizeof(int32_t));
+    w->slot_used = calloc(w->n_slots, sizeof(uint64_t));
+    w->slot_pin = calloc(w->n_slots, sizeof(int32_t));
+    w->slot_job = calloc(w->n_slots, sizeof(k3io_job));
+    w->acq_order = malloc(w->n_slots * sizeof(int32_t));
+    w->acq_slot = malloc(w->n_slots * sizeof(int32_t));
+    if (!w->slot_layer || !w->slot_expert || !w->slot_used || !w->slot_pin || !w->slot_job || !w->acq_order ||
+        !w->acq_slot)
+        return k3_fail(d, K3_ERR_NOMEM, "out of memory");
+    for (uint64_t i = 0; i < w->n_slots; i++) w->slot_layer[i] = w->slot_expert[i] = -1;
+    return K3_OK;
+}
+
+void k3w_experts_free(k3_weights *w)
+{
+    if (w->experts)
+        for (uint32_t l = 0; l < w->n_layers; l++) {
+            expert_layer *el = &w->experts[l];
+            free(el->data);
+            free(el->slot);
+            free(el->path);
+            if (el->fd >= 0) close(el->fd);
+            if (el->fd_direct >= 0) close(el->fd_direct);
+        }
+    free(w->experts);
+    free(w->slots);
+    free(w->slot_layer);
+    free(w->slot_expert);
+    free(w->slot_used);
+    free(w->slot_pin);
+    free(w->slot_job);
+    free(w->acq_order);
+    free(w->acq_slot);
+}
+
+static void fill_expert(const expert_layer *el, const uint8_t *rec, k3_expert *out)
+{
+    k3_mat *mats[3] = {&out->w1, &out->w3, &out->w2};
+    for (int mi = 0; mi < 3; mi++) {
+        mats[mi]->enc = el->enc;
+        mats[mi]->rows = el->rows[mi];
+        mats[mi]->cols = el->cols[mi];
+        mats[mi]->data = rec ? rec + el->off[mi][0] : NULL;
+        mats[mi]->scales = rec && el->enc == K3_ENC_MXFP4 ? rec + el->off[mi][1] : NULL;
+    }
+}
+
+k3_err k3w_expert_shape(k3_weights *w, int layer, k3_expert *out, k3_diag *d)
+{
+    if (layer < 0 || layer >= (int)w->n_layers || !w->experts[layer].count)
+        return k3_fail(d, K3_ERR_MODEL, "layer %d has no routed experts in the pack", layer);
+    fill_expert(&w->experts[layer], NULL, out);
+    return K3_OK;
+}
+
+/* Wait for the reads of the current acquire that are still in flight (an error path, or a
+   release before every expert was handed out). */
+static void drain(k3_weights *w)
+{
+    for (int i = w->acq_hits; i < w->acq_n; i++) {
+        int32_t s = w->acq_slot[i];
+        if (s < 0) continue;
+        w->acq_slot[i] = -1;
+        w->st.expert_misses++;
+        if (k3io_wait(w->io, &w->slot_job[s])) {                /* never leave a damaged record cached */
+            w->experts[w->slot_layer[s]].slot[w->slot_expert[s]] = -1;
+            w->slot_layer[s] = w->slot_expert[s] = -1;
+            w->slot_used[s] = 0;
+        } else {
+            w->bytes_read += w->slot_job[s].size;
+            w->st.expert_bytes_read += w->slot_job[s].size;
+        }
+    }
+}
+
+k3_err k3w_experts_acquire(k3_weights *w, int layer, const int32_t *ids, int n, k3_expert *out, k3_diag *d)
+{
+    if (layer < 0 || layer >= (int)w->n_layers || !w->experts[layer].count)
+        return k3_fail(d, K3_ERR_MODEL, "layer %d has no routed experts in the pack", layer);
+    expert_layer *el = &w->experts[layer];
+    for (int j = 0; j < n; j++)
+        if (ids[j] < 0 || (uint64_t)ids[j] >= el->count)
+            return k3_fail(d, K3_ERR_MODEL, "layer %d: expert %d is outside 0..%" PRIu64, layer, (int)ids[j],
+                           el->count - 1);
+    w->acq_layer = layer;
+    w->acq_ids = ids;
+    w->acq_next = 0;
+    if (!w->o.expert_slots) {
+        for (int j = 0; j < n; j++) fill_expert(el, el->data + (uint64_t)ids[j] * el->stride, &out[j]);
+        w->acq_n = w->acq_hits = n;
+        return K3_OK;
+    }
+    if ((uint64_t)n > w->n_slots)
+        return k3_fail(d, K3_ERR_INTERNAL, "%d experts asked at once, the cache has %" PRIu64 " slots", n, w->n_slots);
+    drain(w);
+    memset(w->slot_pin, 0, w->n_slots * sizeof *w->slot_pin);
+    int nh = 0;
+    for (int j = 0; j < n; j++) {                      /* hits first: pin them so no miss evicts them */
+        int32_t s = el->slot[ids[j]];
+        if (s < 0) continue;
+        w->slot_pin[s] = 1;
+        w->slot_used[s] = ++w->tick;
+        w->st.expert_hits++;
+        fill_expert(el, w->slots + (uint64_t)s * w->slot_bytes, &out[j]);
+        w->acq_slot[nh] = -1;
+        w->acq_order[nh++] = j;
+    }
+    w->acq_hits = nh;
+    w->acq_n = nh;
+    k3io_job *jobs[64];
+    int nj = 0;
+    for (int j = 0; j < n; j++) {                      /* a victim each: the least recently used unpinned slot */
+        if (el->slot[ids[j]] >= 0) continue;
+        uint64_t best = UINT64_MAX;
+        int32_t v = -1;
+        for (uint64_t s = 0; s < w->n_slots; s++)
+            if (!w->slot_pin[s] && w->slot_used[s] < best) { best = w->slot_used[s]; v = (int32_t)s; }
+        if (v < 0) return k3_fail(d, K3_ERR_INTERNAL, "expert cache: no free slot");
+        if (w->slot_layer[v] >= 0) w->experts[w->slot_layer[v]].slot[w->slot_expert[v]] = -1;
+        w->slot_layer[v] = layer;
+        w->slot_expert[v] = ids[j];
+        w->slot_pin[v] = 1;
+        w->slot_used[v] = ++w->tick;
+        el->slot[ids[j]] = v;
+        uint8_t *dst = w->slots + (uint64_t)v * w->slot_bytes;
+        fill_expert(el, dst, &out[j]);
+        k3io_job *jb = &w->slot_job[v];
+        jb->fd = el->fd;
+        jb->fd_direct = el->fd_direct;
+        jb->off = el->offset + (uint64_t)ids[j] * el->stride;
+        jb->size = el->record_size;
+        jb->span = el->stride;
+        jb->dst = dst;
+        jb->verify = w->o.verify_reads;
+        jb->hash = el->hashes[ids[j]];
+        w->acq_slot[w->acq_n] = v;
+        w->acq_order[w->acq_n++] = j;
+        jobs[nj++] = jb;
+        if (nj == 64) { k3io_submit(w->io, jobs, nj); nj = 0; }
+    }
+    if (nj) k3io_submit(w->io, jobs, nj);
+    return K3_OK;
+}
+
+k3_err k3w_experts_next(k3_weights *w, int *j, k3_diag *d)
+{
+    *j = -1;
+    if (w->acq_next >= w->acq_n) return K3_OK;
+    int i = w->acq_next++;
+    int32_t s = w->o.expert_slots ? w->acq_slot[i] : -1;
+    if (s >= 0) {                                      /* a miss: wait for its read */
+        k3io_job *jb = &w->slot_job[s];
+        double t0 = k3_now();
+        int bad = k3io_wait(w->io, jb);
+        w->st.wait_seconds += k3_now() - t0;
+        w->st.read_seconds += jb->seconds;
+        w->st.expert_misses++;
+        w->acq_slot[i] = -1;
+        expert_layer *el = &w->experts[w->acq_layer];
+        int32_t e = w->acq_ids[w->acq_order[i]];
+        if (bad) {
+            el->slot[e] = -1;                          /* never leave a damaged record cached */
+            w->slot_layer[s] = w->slot_expert[s] = -1;
+            w->slot_used[s] = 0;
+            w->acq_next = w->acq_n;
+            drain(w);
+            return record_fail(el, (uint32_t)w->acq_layer, (uint64_t)e, jb->bad_hash, jb->why, d);
+        }
+        w->bytes_read += el->record_size;
+        w->st.expert_bytes_read += el->record_size;
+    }
+    *j = w->o.expert_slots ? w->acq_order[i] : i;
+    return K3_OK;
+}
+
+void k3w_experts_release(k3_weights *w, int layer)
+{
+    (void)layer;
+    if (!w->o.expert_slots) return;
+    drain(w);
+    w->acq_n = w->acq_next = w->acq_hits = 0;
+    memset(w->slot_pin, 0, w->n_slots * sizeof *w->slot_pin);
+}

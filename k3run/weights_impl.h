@@ -1,0 +1,97 @@
+/*
+ * weights_impl.h - the inside of k3_weights, shared by weights.c (manifest,
+ * shards, trunk units, streaming, embedding rows) and weights_experts.c (the
+ * expert records: all resident, or the fixed-slot cache).
+ */
+#ifndef K3_WEIGHTS_IMPL_H
+#define K3_WEIGHTS_IMPL_H
+
+#include "io.h"
+#include "k3_progress.h"
+#include "k3_shard.h"
+#include "plan.h"
+#include "weights.h"
+
+#define RECORD_HASH_MISMATCH "XXH3-64 does not match the manifest: the pack is damaged, run k3verify"
+
+typedef struct expert_layer {
+    uint8_t *data;            /* resident mode: [count][stride] records as in the shard, 64-byte aligned */
+    int32_t *slot;            /* cache mode: [count] slot holding expert e, -1 if none */
+    int fd, fd_direct;        /* cache mode: the shard (fd_direct: O_DIRECT, or -1) */
+    char *path;
+    uint64_t offset, record_size;
+    const uint64_t *hashes;   /* [count] from the manifest */
+    uint64_t count, stride;
+    int enc;                  /* K3_ENC_MXFP4 or K3_ENC_BF16 */
+    uint64_t off[3][2];       /* w1, w3, w2: [packed or weight, scale] offsets in a record */
+    uint32_t rows[3], cols[3];
+} expert_layer;
+
+/* A trunk unit (plan.h): the tensors of one layer, or of the head. */
+typedef struct trunk_unit {
+    uint32_t n;               /* tensors */
+    uint32_t *ti;             /* [n] manifest tensor indices, in file order */
+    uint64_t *pos;            /* [n] where each tensor starts in the unit's memory (4 KiB-aligned) */
+    uint64_t bytes;           /* the unit's memory: sum of k3_unit_span */
+    int streamed;
+    uint8_t *mem;             /* resident: owned [bytes], 4 KiB-aligned; streamed: the buffer it is in, or NULL */
+} trunk_unit;
+
+/* One of the two stream buffers. */
+typedef struct stream_buf {
+    uint8_t *mem;             /* [stream bytes] 4 KiB-aligned */
+    int unit;                 /* the unit in it (being read or read), -1 none */
+    int pending;              /* its reads were submitted and not yet waited for */
+} stream_buf;
+
+struct k3_weights {
+    char *dir;
+    k3_manifest mf;
+    k3_config cfg;
+    k3_weights_opts o;
+    uint32_t n_layers;
+    k3io *io;                 /* reader threads */
+    /* trunk */
+    k3_tensor *tensors;       /* [mf.n_tensors], parallel to mf.tensors; data NULL while not in memory */
+    k3io_job *tjob;           /* [mf.n_tensors] the read of each trunk tensor */
+    int *shard_fd, *shard_fd_direct;   /* [mf.n_shards] trunk shards, -1 if not open */
+    char **shard_path;        /* [mf.n_shards] */
+    trunk_unit *units;        /* [n_layers + 1] */
+    stream_buf sb[2];
+    int cur_buf;              /* the buffer the model is using, -1 none */
+    const k3_tensor *(*idx)[K3W__COUNT];   /* [n_layers + 1]: row 0 = model level */
+    /* the embedding table, read one row at a time */
+    int embed_fd;             /* a trunk shard's (owned by shard_fd) */
+    uint64_t embed_off;
+    const char *embed_path;
+    uint16_t *embed_row;      /* [hidden] one row, BF16 */
+    /* experts */
+    expert_layer *experts;    /* [n_layers] (count 0 for layers without experts) */
+    uint64_t bytes_read;
+    /* the expert cache (o.expert_slots > 0) */
+    uint64_t n_slots, slot_bytes;
+    uint8_t *slots;           /* [n_slots][slot_bytes], 4096-aligned */
+    int32_t *slot_layer, *slot_expert;   /* [n_slots] owner, -1 = free */
+    uint64_t *slot_used;      /* [n_slots] tick of the last use (LRU) */
+    int32_t *slot_pin;        /* [n_slots] pinned by the current acquire */
+    uint64_t tick;
+    k3io_job *slot_job;       /* [n_slots] the read into each slot */
+    /* the current acquire: its experts handed out in order, hits first */
+    int acq_layer, acq_n, acq_next;
+    int32_t *acq_order;       /* [max(n_slots, 1)] index into the acquire's ids, hits then misses */
+    int32_t *acq_slot;        /* [max(n_slots, 1)] slot of order[i] (misses only), -1 for hits */
+    int acq_hits;
+    const int32_t *acq_ids;
+    k3_weights_stats st;
+};
+
+k3_err k3w_load_experts(k3_weights *w, k3_progress *pg, k3_diag *d);
+k3_err k3w_cache_init(k3_weights *w, k3_diag *d);
+void k3w_experts_free(k3_weights *w);
+k3_err k3w_open_shard(k3_weights *w, uint32_t s, int *fd, char *path, size_t cap, k3_shard_header *h, k3_diag *d);
+k3_err k3w_check_entry(const k3_shard_entry *en, const char *shard, const char *name, int enc, int ndim,
+                       const uint64_t *shape, uint64_t offset, uint64_t size, k3_diag *d);
+k3_err k3w_read_span(k3_weights *w, int fd, const char *path, void *buf, uint64_t size, uint64_t off,
+                     k3_progress *pg, k3_diag *d);
+
+#endif
