@@ -41,10 +41,13 @@ void k3io_run(k3io_job *j)
     }
     if (!j->failed && fd == j->fd)           /* keep the page cache from growing past the budget */
         posix_fadvise(j->fd, (off_t)j->off, (off_t)j->size, POSIX_FADV_DONTNEED);
+    double th = k3_now();
+    j->hash_seconds = 0;
     if (!j->failed && j->verify && k3_xxh3_64(j->dst, (size_t)j->size) != j->hash) {
         j->failed = j->bad_hash = 1;
         j->why = "XXH3-64 does not match the manifest: the pack is damaged, run k3verify";
     }
+    j->hash_seconds = j->verify ? k3_now() - th : 0;
     j->seconds = k3_now() - t0;
 }
 

@@ -27,6 +27,7 @@ typedef struct k3io_job {
     int bad_hash;            /* it was the hash (the bytes were read) */
     const char *why;         /* static text or strerror's; NULL when ok */
     double seconds;          /* time the read and hash took */
+    double hash_seconds;     /* of it, the hash */
     /* private */
     volatile int done;
     struct k3io_job *next;

@@ -513,6 +513,7 @@ int main(int argc, char **argv)
             json_object_set_new(o, "expert_misses", json_integer((json_int_t)ws.expert_misses));
             json_object_set_new(o, "io_wait_seconds", json_real(ws.wait_seconds));
             json_object_set_new(o, "read_seconds", json_real(ws.read_seconds));
+            json_object_set_new(o, "hash_seconds", json_real(ws.hash_seconds));
             json_object_set_new(o, "trunk_bytes_read", json_integer((json_int_t)ws.trunk_bytes_read));
             json_object_set_new(o, "expert_bytes_read", json_integer((json_int_t)ws.expert_bytes_read));
             json_object_set_new(o, "trunk_units_streamed", json_integer((json_int_t)plan.n_streamed));

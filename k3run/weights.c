@@ -267,6 +267,7 @@ static k3_err wait_unit(k3_weights *w, int u, k3_progress *pg, k3_diag *d)
                         "'%s': tensor '%s' at offset %" PRIu64 " (%" PRIu64 " bytes): %s",
                         w->shard_path[mt->shard], mt->name, mt->offset, mt->size, j->why);
         w->st.read_seconds += j->seconds;
+        w->st.hash_seconds += j->hash_seconds;
         if (!j->failed) {
             w->bytes_read += mt->size;
             w->st.trunk_bytes_read += mt->size;

@@ -79,7 +79,9 @@ typedef struct k3_weights_stats {
     uint64_t expert_bytes_read;  /* of it: expert records */
     uint64_t units_streamed;     /* streamed trunk units read */
     double wait_seconds;         /* the compute thread blocked on reads (trunk units and experts) */
-    double read_seconds;         /* time of the reads themselves, summed over reader threads */
+    double read_seconds;         /* time of the reads themselves (with their hash checks), summed
+                                    over reader threads */
+    double hash_seconds;         /* of it, the XXH3-64 checks */
 } k3_weights_stats;
 
 /* Open a pack directory: its manifest and model config (nothing else is read yet, so a

@@ -200,7 +200,10 @@ static void drain(k3_weights *w)
         if (s < 0) continue;
         w->acq_slot[i] = -1;
         w->st.expert_misses++;
-        if (k3io_wait(w->io, &w->slot_job[s])) {                /* never leave a damaged record cached */
+        int bad = k3io_wait(w->io, &w->slot_job[s]);
+        w->st.read_seconds += w->slot_job[s].seconds;
+        w->st.hash_seconds += w->slot_job[s].hash_seconds;
+        if (bad) {                                              /* never leave a damaged record cached */
             w->experts[w->slot_layer[s]].slot[w->slot_expert[s]] = -1;
             w->slot_layer[s] = w->slot_expert[s] = -1;
             w->slot_used[s] = 0;
@@ -292,6 +295,7 @@ k3_err k3w_experts_next(k3_weights *w, int *j, k3_diag *d)
         int bad = k3io_wait(w->io, jb);
         w->st.wait_seconds += k3_now() - t0;
         w->st.read_seconds += jb->seconds;
+        w->st.hash_seconds += jb->hash_seconds;
         w->st.expert_misses++;
         w->acq_slot[i] = -1;
         expert_layer *el = &w->experts[w->acq_layer];
