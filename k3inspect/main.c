@@ -1,19 +1,28 @@
 /*
  * k3inspect - show the tensors, shapes, dtypes and bytes of a safetensors
- * checkpoint: one row per tensor, or a summary by layer and by kind.
+ * checkpoint: one row per tensor, or a summary by layer and by kind; or, with
+ * --plan, k3run's memory plan for a budget (plan.h, plan_report.h).
  * Only headers are read; the views live in k3inspect_list.c / k3inspect_summary.c.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+
+#include <jansson.h>
 
 #include "k3_error.h"
 #include "k3_log.h"
 #include "k3_opts.h"
 #include "k3_sys.h"
 #include "k3inspect.h"
+#include "plan.h"
+#include "plan_report.h"
 
-enum { OPT_SUMMARY = K3_OPT_USER, OPT_JSON, OPT_FILTER, OPT_CONFIG, OPT_NO_CONFIG, OPT_SHARDS };
+enum {
+    OPT_SUMMARY = K3_OPT_USER, OPT_JSON, OPT_FILTER, OPT_CONFIG, OPT_NO_CONFIG, OPT_SHARDS, OPT_PLAN, OPT_BUDGET,
+    OPT_PRESET, OPT_CONTEXT, OPT_BATCH
+};
 
 static const k3_opt opts[] = {
     {OPT_SUMMARY, 's', "summary", NULL, NULL, NULL,
@@ -26,6 +35,12 @@ static const k3_opt opts[] = {
     {OPT_CONFIG, 'c', "config", "PATH", "SRC/config.json", NULL,
      "config.json giving layer kinds (K3: text_config, 1-based kda_layers)"},
     {OPT_NO_CONFIG, 0, "no-config", NULL, NULL, NULL, "ignore config.json; guess layer kinds from names"},
+    {OPT_PLAN, 0, "plan", NULL, NULL, NULL,
+     "k3run's memory plan for SRC (a pack, or a config.json) at --budget or --preset, without running"},
+    {OPT_BUDGET, 'B', "budget", "SIZE", NULL, NULL, "--plan: the memory budget (8G, 512M, bytes)"},
+    {OPT_PRESET, 0, "preset", "NAME", NULL, NULL, "--plan: a named budget: laptop (8G), workstation (128G), server (224G)"},
+    {OPT_CONTEXT, 0, "context", "N", "4096", NULL, "--plan: positions the attention cache holds (as k3run -c)"},
+    {OPT_BATCH, 0, "batch", "N", "64", NULL, "--plan: prompt tokens per forward pass (as k3run -b)"},
     K3_OPTS_COMMON,
 };
 #define N_OPTS ((int)(sizeof opts / sizeof opts[0]))
@@ -50,17 +65,105 @@ static const char purpose[] =
     "\n"
     "Params count logical weights: an MXFP4/INT4 '*.weight_packed' tensor holds\n"
     "2 weights per U8 byte (8 per I32); its '*.weight_scale' bytes are counted in\n"
-    "bytes but not in params.";
+    "bytes but not in params.\n"
+    "\n"
+    "--plan prints the memory plan k3run would make: what is resident, what is\n"
+    "read from disk per token, and the I/O time that implies at 2, 7 and 14 GB/s.\n"
+    "SRC is a pack (its manifest) or a model's config.json (or a checkpoint\n"
+    "directory holding one: k3pack's layout is assumed). A budget below the\n"
+    "model's minimum exits 2 and states the minimum, as k3run does.";
 
 static const char footer[] =
     "Example:\n"
     "  k3inspect --summary /models/Kimi-K3\n"
-    "  k3inspect --shards /packs/kimi-k3\n";
+    "  k3inspect --shards /packs/kimi-k3\n"
+    "  k3inspect --plan --preset laptop /models/Kimi-K3/config.json\n"
+    "  k3inspect --plan --budget 64G --context 8192 --json /packs/kimi-k3\n";
 
 static int fail(k3_err e, const k3_diag *d)
 {
     k3_error("%s", d->msg);
     return k3_exit_code(e);
+}
+
+/* --plan: the geometry from a pack's manifest (as k3run), or from a config.json with k3pack's
+   layout; then k3run's plan for the budget, context and batch. */
+static int plan_cmd(const k3_args *a, const char *src)
+{
+    static const int other[] = {OPT_SUMMARY, OPT_SHARDS, OPT_FILTER, OPT_CONFIG, OPT_NO_CONFIG};
+    static const char *const other_name[] = {"--summary", "--shards", "--filter", "--config", "--no-config"};
+    for (int i = 0; i < 5; i++)
+        if (k3_opt_count(a, other[i])) return k3_usage_error("--plan cannot be used with %s", other_name[i]);
+    const char *bs = k3_opt_str(a, OPT_BUDGET), *ps = k3_opt_str(a, OPT_PRESET);
+    uint64_t budget = 0, context, batch;
+    k3_diag d = {0};
+    if (!bs == !ps) return k3_usage_error("--plan needs a budget: --budget SIZE or --preset NAME (one of them)");
+    if (ps && !(budget = k3_preset_budget(ps)))
+        return k3_usage_error("--preset: unknown preset '%s' (laptop, workstation, server)", ps);
+    if (bs && (k3_parse_size(bs, 1, &budget) || budget == 0))
+        return k3_usage_error("--budget: '%s' is not a size (8G, 512M, 4096)", bs);
+    if (k3_opt_u64(a, OPT_CONTEXT, 4096, 0, &context, &d) || k3_opt_u64(a, OPT_BATCH, 64, 0, &batch, &d))
+        return k3_usage_error("%s", d.msg);
+    if (context < 1 || context > (1u << 24)) return k3_usage_error("--context must be in 1..%u", 1u << 24);
+    if (batch < 1 || batch > 4096) return k3_usage_error("--batch must be in 1..4096");
+
+    static k3_geometry geo;                          /* ~8 KiB: not on the stack */
+    k3_config cfg;
+    k3_manifest mf;
+    memset(&mf, 0, sizeof mf);
+    char path[4200];
+    const char *from;
+    k3_err e;
+    struct stat st;
+    int is_pack = k3i_is_pack(src);
+    if (is_pack) {
+        from = "pack manifest";
+        snprintf(path, sizeof path, "%s/manifest.json: config", src);
+        e = k3_manifest_load(src, &mf, &d);
+        if (!e) e = k3_manifest_config(&mf, path, &cfg, &d);
+        if (!e) e = k3_geometry_from_manifest(&mf, &cfg, &geo, &d);
+        snprintf(path, sizeof path, "%s/manifest.json", src);
+    } else {
+        from = "config.json, with k3pack's layout";
+        if (stat(src, &st) == 0 && S_ISDIR(st.st_mode)) snprintf(path, sizeof path, "%s/config.json", src);
+        else snprintf(path, sizeof path, "%s", src);
+        e = k3_config_load(path, &cfg, &d);
+        if (!e) e = k3_geometry_from_config(&cfg, &geo, &d);
+    }
+    k3_manifest_free(&mf);
+    if (e) return fail(e, &d);
+    k3_plan plan;
+    if ((e = k3_plan_for(&cfg, &geo, budget, (uint32_t)context, (uint32_t)batch, 0, &plan, &d)))
+        return e == K3_ERR_USAGE ? k3_usage_error("%s", d.msg) : fail(e, &d);
+
+    if (k3_opt_count(a, OPT_JSON)) {
+        json_t *o = json_object(), *p = k3_plan_json(&plan, &geo);
+        if (!o || !p) {
+            json_decref(o);
+            json_decref(p);
+            return fail(k3_fail(&d, K3_ERR_NOMEM, "out of memory"), &d);
+        }
+        json_object_set_new(o, "schema", json_integer(1));
+        json_object_set_new(o, "tool", json_string("k3inspect"));
+        json_object_set_new(o, "version", json_string(K3_VERSION));
+        json_object_set_new(o, "view", json_string("plan"));
+        char esc[8192];                              /* paths that are not UTF-8: escaped */
+        json_t *js = json_string(src), *jc = json_string(path);
+        json_object_set_new(o, "source", js ? js : json_string(k3_escape(src, strlen(src), esc, sizeof esc)));
+        json_object_set_new(o, "config", jc ? jc : json_string(k3_escape(path, strlen(path), esc, sizeof esc)));
+        json_object_set_new(o, "geometry_from", json_string(is_pack ? "manifest" : "config"));
+        json_object_update(o, p);
+        json_decref(p);
+        json_dumpf(o, stdout, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+        printf("\n");
+        json_decref(o);
+    } else {
+        char b[512];
+        printf("Model: '%s' (geometry from the %s)\n", k3_escape(src, strlen(src), b, sizeof b), from);
+        k3_plan_print(stdout, &plan, &geo);
+    }
+    if (fflush(stdout) || ferror(stdout)) return fail(k3_fail(&d, K3_ERR_IO, "cannot write to standard output"), &d);
+    return K3_EXIT_OK;
 }
 
 int main(int argc, char **argv)
@@ -70,7 +173,11 @@ int main(int argc, char **argv)
     k3_diag d = {0};
     if (k3_opts_parse(opts, N_OPTS, argc, argv, &a, &d)) return k3_usage_error("%s", d.msg);
     if (k3_opt_count(&a, K3_OPT_HELP)) {
-        k3_opts_help(stdout, "k3inspect [OPTIONS] SRC", purpose, opts, N_OPTS, footer);
+        k3_opts_help(stdout,
+                     "k3inspect [OPTIONS] SRC\n"
+                     "       k3inspect --plan (--budget SIZE | --preset NAME) [--context N] [--batch N] [--json]"
+                     " PACK|config.json",
+                     purpose, opts, N_OPTS, footer);
         return K3_EXIT_OK;
     }
     if (k3_opt_count(&a, K3_OPT_VERSION)) {
@@ -80,6 +187,13 @@ int main(int argc, char **argv)
     if (a.n_pos != 1)
         return a.n_pos ? k3_usage_error("expected one SRC, got %d arguments", a.n_pos)
                        : k3_usage_error("missing SRC (a checkpoint directory, a .safetensors file or a pack)");
+    if (k3_opt_count(&a, OPT_PLAN)) return plan_cmd(&a, a.pos[0]);
+    {
+        static const int need_plan[] = {OPT_BUDGET, OPT_PRESET, OPT_CONTEXT, OPT_BATCH};
+        static const char *const need_plan_name[] = {"--budget", "--preset", "--context", "--batch"};
+        for (int i = 0; i < 4; i++)
+            if (k3_opt_count(&a, need_plan[i])) return k3_usage_error("%s is for --plan", need_plan_name[i]);
+    }
     if (k3_opt_count(&a, OPT_CONFIG) && k3_opt_count(&a, OPT_NO_CONFIG)) {
         k3_error("--config and --no-config cannot be used together");
         return K3_EXIT_USAGE;

@@ -17,7 +17,11 @@
  *
  * A resident trunk byte saves one byte of reading per token; an expert-cache
  * byte saves about top-k / num_experts of one. So the plan keeps as much trunk
- * resident as fits first, and gives the rest to the expert cache. The minimum
+ * resident as fits first, and gives the rest to the expert cache. Precisely:
+ * units of equal size are interchangeable, so every choice of streamed units
+ * (a count per unit size; K3 has 4 sizes) is tried, and the one with the
+ * fewest expected bytes read per token wins (uniform routing for the experts);
+ * past 2^20 choices, a heuristic (largest units resident first). The minimum
  * is fixed + the smallest trunk arrangement + the minimal expert cache; a
  * smaller budget is refused with a message that states the minimum.
  */

@@ -1,0 +1,159 @@
+/* plan_report.c - the memory plan as text and as JSON (plan_report.h). */
+#include "plan_report.h"
+
+#include <math.h>
+#include <string.h>
+
+const double k3_plan_bandwidths_gbs[K3_PLAN_N_BANDWIDTHS] = {2.0, 7.0, 14.0};
+
+
+uint64_t k3_plan_expert_bytes_per_token(const k3_plan *p, const k3_geometry *g)
+{
+    return (uint64_t)llround(p->expert_reads_per_token * (double)g->expert_record);
+}
+
+uint64_t k3_plan_disk_bytes_per_token(const k3_plan *p, const k3_geometry *g)
+{
+    return p->trunk_streamed + k3_plan_expert_bytes_per_token(p, g) + g->embed_row_bytes;
+}
+
+char *k3_plan_streamed_list(const k3_plan *p, char *buf, size_t cap)
+{
+    size_t n = 0;
+    int full = 0;
+#define PUT(...) do { if (!full) { int w_ = snprintf(buf + n, cap - n, __VA_ARGS__); \
+    if (w_ < 0 || (size_t)w_ >= cap - n) full = 1; else n += (size_t)w_; } } while (0)
+    if (!cap) return buf;
+    buf[0] = 0;
+    uint32_t layers = p->n_units ? p->n_units - 1 : 0;
+    for (uint32_t u = 0; u < layers; u++) {
+        if (!p->unit_streamed[u]) continue;
+        uint32_t v = u;
+        while (v + 1 < layers && p->unit_streamed[v + 1]) v++;
+        if (v == u) PUT("%s%u", n ? ", " : "", u);
+        else PUT("%s%u-%u", n ? ", " : "", u, v);
+        u = v;
+    }
+    if (p->n_units && p->unit_streamed[p->n_units - 1]) PUT("%shead", n ? ", " : "");
+    if (!n && !full) PUT("none");
+#undef PUT
+    if (full && cap >= 4) strcpy(buf + cap - 4, "...");
+    return buf;
+}
+
+/* Binary units, sized to the amount: "7.99 GiB", "16.7 MiB", "14.0 KiB", "256 B". */
+static const char *hs(uint64_t b, char *buf)
+{
+    if (b >= (1ull << 30)) snprintf(buf, 24, "%.2f GiB", (double)b / 1073741824.0);
+    else if (b >= (1ull << 20)) snprintf(buf, 24, "%.1f MiB", (double)b / 1048576.0);
+    else if (b >= (1ull << 10)) snprintf(buf, 24, "%.1f KiB", (double)b / 1024.0);
+    else snprintf(buf, 24, "%llu B", (unsigned long long)b);
+    return buf;
+}
+
+void k3_plan_print(FILE *f, const k3_plan *p, const k3_geometry *g)
+{
+    char a[24], b[24], c[24];
+    uint32_t n_res = p->n_units - p->n_streamed;
+    fprintf(f, "Memory plan for a budget of %s (%llu bytes), context %u, batch %u\n", hs(p->budget, a),
+            (unsigned long long)p->budget, p->context, p->batch);
+    fprintf(f, "(KiB, MiB, GiB = 2^10, 2^20, 2^30 bytes; disk bandwidth in GB/s = 10^9 bytes/s)\n");
+    fprintf(f, "  minimum budget    %10s (%llu bytes)\n", hs(p->minimum, a), (unsigned long long)p->minimum);
+    fprintf(f, "  resident          %10s (%llu bytes)\n", hs(p->resident, a), (unsigned long long)p->resident);
+    fprintf(f, "    model buffers   %10s (KDA states %s, MLA cache for %u positions %s)\n", hs(p->buffers, a),
+            hs(p->kda_state, b), p->context, hs(p->mla_cache, c));
+    fprintf(f, "    margin          %10s\n", hs(p->margin, a));
+    fprintf(f, "    trunk, resident %10s (%u of %u units: %u layers and the head; the embedding table is "
+            "not resident)\n", hs(p->trunk_resident, a), n_res, p->n_units, p->n_units ? p->n_units - 1 : 0);
+    if (p->n_streamed)
+        fprintf(f, "    stream buffers  %10s (2 x %s, the largest streamed unit)\n", hs(p->stream_buffers, a),
+                hs(p->stream_buffers / 2, b));
+    else
+        fprintf(f, "    stream buffers  %10s (nothing is streamed)\n", hs(0, a));
+    if (!g->n_experts_total)
+        fprintf(f, "    expert cache    %10s (the model has no routed experts)\n", hs(0, a));
+    else if (p->experts_all_resident)
+        fprintf(f, "    expert cache    %10s (all %llu experts resident, %s each)\n", hs(p->expert_cache, a),
+                (unsigned long long)g->n_experts_total, hs(g->expert_stride, b));
+    else
+        fprintf(f, "    expert cache    %10s (%llu slots of %s: %.2f %% of %llu experts)\n", hs(p->expert_cache, a),
+                (unsigned long long)p->expert_slots, hs(g->expert_stride, b),
+                100.0 * (double)p->expert_slots / (double)g->n_experts_total,
+                (unsigned long long)g->n_experts_total);
+
+    char list[512];
+    uint64_t xb = k3_plan_expert_bytes_per_token(p, g), disk = k3_plan_disk_bytes_per_token(p, g);
+    fprintf(f, "Read from disk per decoded token (experts: expected, uniform routing)\n");
+    fprintf(f, "  streamed trunk    %10s (%u units: %s)\n", hs(p->trunk_streamed, a), p->n_streamed,
+            k3_plan_streamed_list(p, list, sizeof list));
+    fprintf(f, "  expert records    %10s (%.1f of the %u a token uses, %s each)\n", hs(xb, a),
+            p->expert_reads_per_token, g->n_moe_layers * g->top_k, hs(g->expert_record, b));
+    fprintf(f, "  embedding row     %10s\n", hs(g->embed_row_bytes, a));
+    fprintf(f, "  total             %10s (%llu bytes)\n", hs(disk, a), (unsigned long long)disk);
+    fprintf(f, "  I/O time alone:  ");
+    for (int i = 0; i < K3_PLAN_N_BANDWIDTHS; i++)
+        fprintf(f, "%s %.3g s/token at %g GB/s", i ? "," : "", (double)disk / (k3_plan_bandwidths_gbs[i] * 1e9),
+                k3_plan_bandwidths_gbs[i]);
+    fprintf(f, "\n");
+}
+
+static void set_u64(json_t *o, const char *k, uint64_t v) { json_object_set_new(o, k, json_integer((json_int_t)v)); }
+
+json_t *k3_plan_json(const k3_plan *p, const k3_geometry *g)
+{
+    json_t *o = json_object(), *tr = json_object(), *ub = json_array(), *st = json_array(), *ex = json_object(),
+           *io = json_object();
+    if (!o || !tr || !ub || !st || !ex || !io) {
+        json_decref(o); json_decref(tr); json_decref(ub); json_decref(st); json_decref(ex); json_decref(io);
+        return NULL;
+    }
+    uint64_t disk = k3_plan_disk_bytes_per_token(p, g);
+    set_u64(o, "budget_bytes", p->budget);
+    set_u64(o, "minimum_bytes", p->minimum);
+    set_u64(o, "resident_bytes", p->resident);
+    set_u64(o, "context", p->context);
+    set_u64(o, "batch", p->batch);
+    set_u64(o, "buffers_bytes", p->buffers);
+    set_u64(o, "kda_state_bytes", p->kda_state);
+    set_u64(o, "mla_cache_bytes", p->mla_cache);
+    set_u64(o, "margin_bytes", p->margin);
+
+    set_u64(tr, "units", p->n_units);
+    set_u64(tr, "bytes", g->trunk_bytes);
+    for (uint32_t u = 0; u < p->n_units; u++) {
+        json_array_append_new(ub, json_integer((json_int_t)g->unit_bytes[u]));
+        if (p->unit_streamed[u])
+            json_array_append_new(st, u + 1 == p->n_units ? json_string("head") : json_integer(u));
+    }
+    json_object_set_new(tr, "unit_bytes", ub);
+    set_u64(tr, "resident_units", p->n_units - p->n_streamed);
+    set_u64(tr, "resident_bytes", p->trunk_resident);
+    json_object_set_new(tr, "streamed", st);
+    set_u64(tr, "streamed_bytes", p->trunk_streamed);
+    set_u64(tr, "stream_buffer_bytes", p->stream_buffers);
+    json_object_set_new(o, "trunk", tr);
+
+    set_u64(ex, "moe_layers", g->n_moe_layers);
+    set_u64(ex, "top_k", g->top_k);
+    set_u64(ex, "total", g->n_experts_total);
+    set_u64(ex, "bytes", g->experts_bytes);
+    set_u64(ex, "slot_bytes", g->expert_stride);
+    set_u64(ex, "record_bytes", g->expert_record);
+    set_u64(ex, "slots", p->expert_slots);
+    set_u64(ex, "cache_bytes", p->expert_cache);
+    json_object_set_new(ex, "all_resident", json_boolean(p->experts_all_resident));
+    json_object_set_new(ex, "routing", json_string("uniform"));
+    json_object_set_new(ex, "reads_per_token", json_real(p->expert_reads_per_token));
+    set_u64(ex, "read_bytes_per_token", k3_plan_expert_bytes_per_token(p, g));
+    json_object_set_new(o, "experts", ex);
+
+    set_u64(o, "embed_row_bytes", g->embed_row_bytes);
+    set_u64(o, "disk_bytes_per_token", disk);
+    for (int i = 0; i < K3_PLAN_N_BANDWIDTHS; i++) {
+        char k[16];
+        snprintf(k, sizeof k, "%g", k3_plan_bandwidths_gbs[i]);
+        json_object_set_new(io, k, json_real((double)disk / (k3_plan_bandwidths_gbs[i] * 1e9)));
+    }
+    json_object_set_new(o, "io_seconds_per_token_at_gb_per_s", io);
+    return o;
+}

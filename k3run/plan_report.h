@@ -1,0 +1,51 @@
+/*
+ * plan_report.h - the memory plan (plan.h) for people and for scripts: the
+ * same report in k3inspect --plan and wherever k3run shows its plan.
+ *
+ * Units: amounts of bytes in binary units, KiB, MiB or GiB (2^10, 2^20, 2^30
+ * bytes; the main lines also give exact bytes); disk bandwidth in GB/s (10^9
+ * bytes per second), as disks are sold. The JSON form gives every amount of
+ * bytes as an exact integer.
+ *
+ * Per-token figures are for one decoded token: the streamed trunk units, the
+ * expected expert records missed by the cache, and one embedding row. Expert
+ * reads assume uniform routing (every expert of a layer equally likely, so the
+ * cache hit rate is slots / experts); real routing is skewed, which usually
+ * lets a cache hit more often. The s/token figures are I/O time alone (bytes /
+ * bandwidth): no compute, no overlap, no page cache.
+ */
+#ifndef K3_PLAN_REPORT_H
+#define K3_PLAN_REPORT_H
+
+#include <stdio.h>
+
+#include <jansson.h>
+
+#include "plan.h"
+
+/* The disk bandwidths the report prices a token at, in GB/s. */
+#define K3_PLAN_N_BANDWIDTHS 3
+extern const double k3_plan_bandwidths_gbs[K3_PLAN_N_BANDWIDTHS];   /* 2, 7, 14 */
+
+/* Expected expert bytes read per decoded token (expert_reads_per_token x record size), rounded. */
+uint64_t k3_plan_expert_bytes_per_token(const k3_plan *p, const k3_geometry *g);
+/* Expected bytes read per decoded token: streamed trunk + expert bytes (rounded as above) + one
+   embedding row; within 1 byte of p->disk_per_token. */
+uint64_t k3_plan_disk_bytes_per_token(const k3_plan *p, const k3_geometry *g);
+
+/* "0-3, 5, 7-92, head": the streamed units, layers as ranges, the last unit as "head";
+   "none" when nothing is streamed. Truncated (ending "...") if cap is too small. */
+char *k3_plan_streamed_list(const k3_plan *p, char *buf, size_t cap);
+
+/* A short multi-line report (budget, minimum, resident bytes by part, streamed units, expected
+   reads per token and the I/O time they imply at 2, 7 and 14 GB/s). */
+void k3_plan_print(FILE *f, const k3_plan *p, const k3_geometry *g);
+
+/*
+ * The plan as a new JSON object (NULL when out of memory): every amount of bytes an integer
+ * (keys end in "_bytes"), per-unit bytes, the streamed units as layer indices and "head", and
+ * the I/O seconds per token at each bandwidth. Keys in docs/k3inspect.md.
+ */
+json_t *k3_plan_json(const k3_plan *p, const k3_geometry *g);
+
+#endif

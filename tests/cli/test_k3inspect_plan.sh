@@ -1,0 +1,251 @@
+#!/bin/sh
+# k3inspect --plan: k3run's memory plan, on the real Kimi K3 config (tests/data).
+#  1. usage: --plan needs exactly one of --budget / --preset; the plan options
+#     need --plan; bad values exit 2; a missing config exits 3.
+#  2. the presets and a range of budgets, as --json: every part of the plan is
+#     recomputed here from its definition (resident = buffers + margin +
+#     resident trunk + 2 stream buffers of the largest streamed unit + expert
+#     slots; expert reads under uniform routing; disk bytes = streamed trunk +
+#     expert bytes + one embedding row; I/O seconds = bytes / (GB/s x 10^9));
+#     resident <= budget; the MLA cache is K3's (24 MLA layers x context x
+#     (512 + 64) x 4 bytes); a bigger budget never reads more per token.
+#  3. the minimum: accepted at exactly the minimum, refused one byte below with
+#     exit 2 and a message naming the minimum in bytes.
+#  4. a sparse full-size K3 pack and the tiny test model's pack (k3_mkpack_sparse,
+#     ~20 s): the per-unit trunk bytes and expert geometry are recomputed
+#     independently from manifest.json, and the plan from the pack is identical
+#     to the plan from config.json alone.
+#     No tolerance is needed: the config path lays tensors out by k3pack's rules
+#     (FORMAT.md: tensors 4 KiB-aligned, record parts 64-aligned, records at a
+#     4 KiB stride), so any difference is a layout drift between k3pack and the
+#     planner, which this test exists to catch.
+# Environment (set by ctest): K3INSPECT K3_MKPACK_SPARSE K3_SRC K3_TEST_DATA K3_TEST_TMP PYTHON
+set -u
+T="$K3_TEST_TMP/cli_k3inspect_plan"
+rm -rf "$T" && mkdir -p "$T" || exit 1
+trap 'rm -rf "$T/k3" "$T/tiny"' EXIT                 # the 1.5 TB (apparent) pack goes even on failure
+fails=0
+fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+cfg="$K3_TEST_DATA/kimi-k3-config.json"
+
+run() { "$K3INSPECT" "$@" >"$T/out" 2>"$T/err"; rc=$?; }
+expect_rc() { [ "$rc" = "$1" ] || fail "$2: exit $rc, expected $1 (stderr: $(cat "$T/err"))"; }
+out_has() { grep -qF -- "$1" "$T/out" || fail "$2: stdout lacks '$1'"; }
+err_has() { grep -qF -- "$1" "$T/err" || fail "$2: stderr lacks '$1'"; }
+
+# ------------------------------------------------------------------ 1. usage
+run --help
+expect_rc 0 "--help"; out_has "--plan" "--help"; out_has "--preset" "--help"; out_has "--budget" "--help"
+for args in "--plan $cfg" "--plan --budget 8G --preset laptop $cfg" "--plan --preset desktop $cfg" \
+            "--plan --budget 8X $cfg" "--plan --budget 0 $cfg" "--budget 8G $cfg" "--preset laptop $cfg" \
+            "--context 100 $cfg" "--plan --preset laptop --summary $cfg" "--plan --preset laptop --context 0 $cfg" \
+            "--plan --preset laptop --batch 0 $cfg" "--plan --preset laptop"; do
+    # shellcheck disable=SC2086
+    run $args
+    expect_rc 2 "k3inspect $args"
+    err_has "k3inspect: error:" "k3inspect $args"
+done
+run --plan --preset laptop "$T/no-such-config.json"
+expect_rc 3 "a missing config"
+printf '{"text_config": {"hidden_size": 8}}' >"$T/bad.json"
+run --plan --preset laptop "$T/bad.json"
+expect_rc 1 "an invalid config"
+
+# --------------------------------------------- 2. presets and budgets, checked
+: >"$T/list"
+for b in laptop workstation server 6G 7G 10G 16G 32G 64G 100G 110G 160G 300G 2T; do
+    case $b in [a-z]*) opt=--preset ;; *) opt=--budget ;; esac
+    run --plan $opt "$b" --json "$cfg"
+    expect_rc 0 "--plan $opt $b"
+    cp "$T/out" "$T/plan-$b.json"
+    echo "$T/plan-$b.json" >>"$T/list"
+done
+run --plan --preset workstation --context 8192 --batch 16 --json "$cfg"
+expect_rc 0 "--context 8192 --batch 16"
+cp "$T/out" "$T/plan-ctx8192.json"
+
+"$PYTHON" - "$cfg" "$T/list" "$T/plan-workstation.json" "$T/plan-ctx8192.json" >"$T/py.out" 2>&1 <<'EOF' || fail "plan checks: $(cat "$T/py.out")"
+import json, sys
+cfg = json.load(open(sys.argv[1]))["text_config"]
+plans = [json.load(open(p.strip())) for p in open(sys.argv[2])]
+bad = []
+def need(c, msg):
+    if not c: bad.append(msg)
+n_layers = cfg["num_hidden_layers"]
+n_mla = n_layers - len(cfg["linear_attn_config"]["kda_layers"])
+mla_row = (cfg["kv_lora_rank"] + cfg["qk_rope_head_dim"]) * 4
+def check(p, name):
+    need(p["schema"] == 1 and p["view"] == "plan" and p["geometry_from"] == "config", name + ": header")
+    tr, ex = p["trunk"], p["experts"]
+    units = tr["unit_bytes"]
+    need(len(units) == n_layers + 1 == tr["units"] and sum(units) == tr["bytes"], name + ": units")
+    streamed = [n_layers if u == "head" else u for u in tr["streamed"]]
+    need(all(isinstance(u, int) and 0 <= u < n_layers for u in tr["streamed"] if u != "head"), name + ": streamed list")
+    need(len(streamed) == 0 or len(streamed) >= 3, name + ": %d units streamed" % len(streamed))
+    need(tr["streamed_bytes"] == sum(units[u] for u in streamed), name + ": streamed bytes")
+    need(tr["resident_bytes"] == tr["bytes"] - tr["streamed_bytes"], name + ": resident trunk")
+    need(tr["resident_units"] == len(units) - len(streamed), name + ": resident units")
+    need(tr["stream_buffer_bytes"] == 2 * max([units[u] for u in streamed] or [0]), name + ": stream buffers")
+    need(ex["moe_layers"] == n_layers - cfg["first_k_dense_replace"] and ex["top_k"] == cfg["num_experts_per_token"] and
+         ex["total"] == ex["moe_layers"] * cfg["num_experts"], name + ": expert counts")
+    need(ex["cache_bytes"] == ex["slots"] * ex["slot_bytes"] and ex["slots"] <= ex["total"], name + ": expert cache")
+    need(ex["all_resident"] == (ex["slots"] == ex["total"]), name + ": all_resident")
+    need(ex["slots"] >= 2 * ex["top_k"], name + ": fewer slots than 2 x top-k")
+    need(p["resident_bytes"] == p["buffers_bytes"] + p["margin_bytes"] + tr["resident_bytes"] +
+         tr["stream_buffer_bytes"] + ex["cache_bytes"], name + ": resident is not the sum of its parts")
+    need(p["resident_bytes"] <= p["budget_bytes"], name + ": resident %d > budget %d" % (p["resident_bytes"], p["budget_bytes"]))
+    need(ex["all_resident"] or p["budget_bytes"] - p["resident_bytes"] < ex["slot_bytes"], name + ": a slot left unused")
+    need(p["minimum_bytes"] <= p["budget_bytes"], name + ": budget below the minimum accepted")
+    # the least memory: stream every unit of at most `cap` bytes (at least 3 of them) through two
+    # buffers of `cap`, keep the others; or keep everything; plus 2 x top-k expert slots
+    T = sum(units)
+    least = min([T] + [T - sum(u for u in units if u <= cap) + 2 * cap
+                       for cap in set(units) if sum(1 for u in units if u <= cap) >= 3])
+    need(p["minimum_bytes"] == p["buffers_bytes"] + p["margin_bytes"] + least +
+         min(2 * ex["top_k"], ex["total"]) * ex["slot_bytes"], name + ": minimum %d" % p["minimum_bytes"])
+    need(p["mla_cache_bytes"] == n_mla * p["context"] * mla_row, name + ": MLA cache %d" % p["mla_cache_bytes"])
+    reads = 0.0 if ex["all_resident"] else ex["moe_layers"] * ex["top_k"] * (1 - ex["slots"] / ex["total"])
+    need(abs(ex["reads_per_token"] - reads) < 1e-9 * max(reads, 1), name + ": expert reads")
+    need(ex["read_bytes_per_token"] == round(reads * ex["record_bytes"]), name + ": expert bytes")
+    need(p["embed_row_bytes"] == cfg["hidden_size"] * 2, name + ": embedding row")
+    disk = tr["streamed_bytes"] + ex["read_bytes_per_token"] + p["embed_row_bytes"]
+    need(p["disk_bytes_per_token"] == disk, name + ": disk bytes")
+    for bw, s in p["io_seconds_per_token_at_gb_per_s"].items():
+        need(abs(s - disk / (float(bw) * 1e9)) < 1e-9 * s, name + ": I/O seconds at " + bw)
+    need(set(p["io_seconds_per_token_at_gb_per_s"]) == {"2", "7", "14"}, name + ": bandwidths")
+for p in plans:
+    check(p, "budget %d" % p["budget_bytes"])
+need(len({p["minimum_bytes"] for p in plans}) == 1, "the minimum depends on the budget")
+need(all(p["context"] == 4096 and p["batch"] == 64 for p in plans), "defaults are not k3run's (context 4096, batch 64)")
+by_budget = sorted(plans, key=lambda p: p["budget_bytes"])
+for a, b in zip(by_budget, by_budget[1:]):
+    need(b["disk_bytes_per_token"] <= a["disk_bytes_per_token"],
+         "%d bytes read per token at a budget of %d, more than %d at %d" %
+         (b["disk_bytes_per_token"], b["budget_bytes"], a["disk_bytes_per_token"], a["budget_bytes"]))
+need(by_budget[-1]["trunk"]["streamed"] == [] and by_budget[-1]["experts"]["all_resident"] and
+     by_budget[-1]["disk_bytes_per_token"] == by_budget[-1]["embed_row_bytes"], "2 TiB: not everything resident")
+need(by_budget[0]["trunk"]["streamed"] != [], "6 GiB: nothing streamed")
+w, c8 = json.load(open(sys.argv[3])), json.load(open(sys.argv[4]))
+check(c8, "context 8192")
+need(c8["context"] == 8192 and c8["batch"] == 16 and c8["mla_cache_bytes"] == 2 * w["mla_cache_bytes"], "--context 8192")
+need(c8["minimum_bytes"] - w["minimum_bytes"] == c8["buffers_bytes"] - w["buffers_bytes"], "the minimum and the buffers")
+if bad:
+    print("\n".join(bad)); sys.exit(1)
+for p in (plans[0], plans[1], plans[2]):
+    print("preset %.0f GiB: resident %d, %d units streamed, %d expert slots, %d bytes per token" %
+          (p["budget_bytes"] / 2**30, p["resident_bytes"], len(p["trunk"]["streamed"]), p["experts"]["slots"],
+           p["disk_bytes_per_token"]))
+EOF
+cat "$T/py.out"
+
+run --plan --preset laptop "$cfg"
+expect_rc 0 "text report"
+res=$("$PYTHON" -c 'import json,sys; print(json.load(open(sys.argv[1]))["resident_bytes"])' "$T/plan-laptop.json")
+for s in "minimum budget" "($res bytes)" "expert cache" "uniform routing" "s/token at 2 GB/s" "s/token at 7 GB/s" \
+         "s/token at 14 GB/s" "GB/s = 10^9 bytes/s"; do
+    out_has "$s" "text report"
+done
+
+# --------------------------------------------------------------- 3. the minimum
+min=$("$PYTHON" -c 'import json,sys; print(json.load(open(sys.argv[1]))["minimum_bytes"])' "$T/plan-laptop.json")
+run --plan --budget "$min" --json "$cfg"
+expect_rc 0 "--budget minimum ($min)"
+"$PYTHON" -c 'import json,sys; p=json.load(open(sys.argv[1])); sys.exit(p["resident_bytes"] > p["budget_bytes"])' "$T/out" ||
+    fail "at the minimum, resident exceeds the budget"
+run --plan --budget "$((min - 1))" "$cfg"
+expect_rc 2 "--budget minimum - 1"
+err_has "minimum" "below the minimum"; err_has "$min bytes" "below the minimum"
+[ ! -s "$T/out" ] || fail "below the minimum: stdout not empty"
+run --plan --budget 1G "$cfg"
+expect_rc 2 "--budget 1G"; err_has "$min bytes" "--budget 1G"
+
+# ------------------------------------------------ 4. a pack gives the same plan
+# compare_pack NAME PACK CONFIG BUDGET...: the plan from the pack's manifest equals the plan from
+# CONFIG at every BUDGET (--budget SIZE, or a preset name), and the pack's trunk units and expert
+# geometry, recomputed from manifest.json, are what the plan used.
+compare_pack() {
+    name=$1 pack=$2 config=$3
+    shift 3
+    : >"$T/pairs"
+    for b in "$@"; do
+        case $b in [a-z]*) opt=--preset ;; *) opt=--budget ;; esac
+        "$K3INSPECT" --plan $opt "$b" --json "$config" >"$T/cfg-$name-$b.json" || fail "$name: config --plan $opt $b"
+        run --plan $opt "$b" --json "$pack"
+        expect_rc 0 "$name: pack --plan $opt $b"
+        cp "$T/out" "$T/pack-$name-$b.json"
+        echo "$b $T/pack-$name-$b.json $T/cfg-$name-$b.json" >>"$T/pairs"
+    done
+    "$PYTHON" - "$pack/manifest.json" "$T/pairs" "$name" >"$T/py.out" 2>&1 <<'EOF' || fail "$name: pack vs config: $(cat "$T/py.out")"
+import json, sys
+m = json.load(open(sys.argv[1]))
+name = sys.argv[3]
+bad = []
+def need(c, msg):
+    if not c: bad.append(msg)
+cfg = m["config"].get("text_config", m["config"])
+n_layers = cfg["num_hidden_layers"]
+# the trunk units from the manifest: layer i, or the head; the embedding table is in none;
+# each tensor takes whole 4 KiB pages in a unit's memory
+units = [0] * (n_layers + 1)
+for t in m["tensors"]:
+    n = t["name"]
+    if n == "model.embed_tokens.weight": continue
+    units[int(n.split(".")[2]) if n.startswith("model.layers.") else n_layers] += (max(t["size"], 1) + 4095) // 4096 * 4096
+xl = m["expert_layers"]
+n = 0
+for line in open(sys.argv[2]):
+    b, pf, cf = line.split()
+    p, c = json.load(open(pf)), json.load(open(cf))
+    need(p["geometry_from"] == "manifest", b + ": not from the manifest")
+    need(p["trunk"]["unit_bytes"] == units, b + ": unit bytes differ from the manifest's")
+    ex = p["experts"]
+    need(ex["total"] == sum(x["count"] for x in xl) and ex["moe_layers"] == len(xl), b + ": expert count")
+    need(ex["record_bytes"] == max(x["record_size"] for x in xl) and ex["slot_bytes"] == max(x["stride"] for x in xl),
+         b + ": record geometry")
+    need(ex["bytes"] == sum(x["count"] * x["stride"] for x in xl), b + ": expert bytes")
+    for k in ("source", "config", "geometry_from"):
+        del p[k], c[k]
+    need(p == c, b + ": the plan from the pack differs from the plan from config.json")
+    n += 1
+if bad:
+    print("\n".join(bad)); sys.exit(1)
+print("%s: %d trunk units, %d expert layers (record %d bytes, stride %d); plans identical to config.json's at %d budgets" %
+      (name, len(units), len(xl), max(x["record_size"] for x in xl), max(x["stride"] for x in xl), n))
+EOF
+    cat "$T/py.out"
+}
+
+mkdir -p "$T/notok"
+if "$K3_MKPACK_SPARSE" -q "$cfg" "$T/notok" "$T/k3"; then
+    compare_pack "K3" "$T/k3" "$cfg" laptop workstation server 20G 64G "$min"
+    run --plan --preset laptop "$T/k3"
+    expect_rc 0 "pack text report"; out_has "geometry from the pack manifest" "pack text report"
+else
+    fail "k3_mkpack_sparse on the K3 config"
+fi
+rm -rf "$T/k3"
+# the tiny test model: records that are not a multiple of 4 KiB, a small head
+if "$PYTHON" "$K3_SRC/tests/reference/make_checkpoint.py" --preset tiny --seed 1 --out "$T/ck" -q &&
+   "$K3_MKPACK_SPARSE" -q "$T/ck/config.json" "$T/ck" "$T/tiny"; then
+    tmin=$("$K3INSPECT" --plan --budget 1G --json "$T/ck/config.json" |
+           "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["minimum_bytes"])')
+    compare_pack "tiny" "$T/tiny" "$T/ck/config.json" "$tmin" "$((tmin + 100000))" "$((tmin + 3000000))" 1G
+    run --plan --budget 1G --json "$T/ck"                        # a checkpoint directory: its config.json
+    expect_rc 0 "tiny checkpoint directory"
+    "$PYTHON" -c 'import json,sys
+a, b = (json.load(open(f)) for f in sys.argv[1:])
+del a["source"], b["source"]
+sys.exit(a != b)' "$T/out" "$T/cfg-tiny-1G.json" || fail "the checkpoint directory gives another plan than its config.json"
+    run --plan --budget "$((tmin - 1))" "$T/tiny"
+    expect_rc 2 "tiny pack: minimum - 1"; err_has "$tmin bytes" "tiny pack: minimum - 1"
+else
+    fail "making the tiny pack"
+fi
+rm -rf "$T/tiny"
+
+if [ "$fails" -ne 0 ]; then
+    echo "$fails check(s) failed" >&2
+    exit 1
+fi
+rm -rf "$T"
+echo "PASS"

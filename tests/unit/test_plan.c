@@ -1,0 +1,403 @@
+/*
+ * test_plan.c - the memory planner (k3run/plan.c) on synthetic geometries and
+ * on the real Kimi K3 config (tests/data), checked against an independent
+ * brute force over every choice of streamed units:
+ *   - everything resident when the budget allows it;
+ *   - streaming uses two buffers of the largest streamed unit, and never
+ *     streams 1 or 2 units (they would sit in the buffers for good);
+ *   - the minimum is exactly the smallest budget accepted (minimum succeeds,
+ *     minimum - 1 is refused with a message naming the minimum) and equals the
+ *     brute-force minimum;
+ *   - resident never exceeds the budget, and its parts add up;
+ *   - expected disk bytes per token never grow with the budget, and are never
+ *     worse than the brute-force best by more than a small slack;
+ *   - the report (plan_report.h) agrees with the plan.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "k3_test.h"
+#include "plan.h"
+#include "plan_report.h"
+
+#define MIB (1ull << 20)
+#define GIB (1ull << 30)
+
+static k3_config cfg0;                   /* k3_plan_make does not read it */
+static k3_geometry geo;                  /* ~8 KiB: static */
+
+/* A geometry with the given unit sizes (the last one is the head) and experts. */
+static void make_geo(k3_geometry *g, const uint64_t *units, uint32_t n_units, uint32_t n_moe, uint32_t experts,
+                     uint32_t top_k, uint64_t record)
+{
+    memset(g, 0, sizeof *g);
+    g->n_units = n_units;
+    for (uint32_t u = 0; u < n_units; u++) {
+        g->unit_bytes[u] = units[u];
+        g->trunk_bytes += units[u];
+    }
+    g->embed_row_bytes = 2048;
+    g->expert_record = record;
+    g->expert_stride = (record + 4095) / 4096 * 4096;
+    g->n_moe_layers = n_moe;
+    g->top_k = experts ? top_k : 0;
+    g->n_experts_total = (uint64_t)n_moe * experts;
+    g->experts_bytes = g->n_experts_total * g->expert_stride;
+}
+
+static uint64_t min_slots(const k3_geometry *g)
+{
+    uint64_t s = 2ull * g->top_k;
+    return s < g->n_experts_total ? s : g->n_experts_total;
+}
+
+/* Expected disk bytes per token, from the definition (not from plan.c). */
+static double disk_of(const k3_geometry *g, uint64_t streamed, uint64_t slots)
+{
+    double miss = g->n_experts_total ? 1.0 - (double)slots / (double)g->n_experts_total : 0.0;
+    return (double)streamed + (double)g->n_moe_layers * g->top_k * miss * (double)g->expert_record +
+           (double)g->embed_row_bytes;
+}
+
+/* Brute force over every streamed set S (empty, or at least 3 units): the least trunk memory
+   (resident units + 2 x the largest streamed one), and the least disk per token at `budget`
+   (expert cache of the rest). Only for small n_units. */
+static void brute(const k3_geometry *g, uint64_t fixed, uint64_t budget, uint64_t *min_trunk, double *best_disk)
+{
+    *min_trunk = UINT64_MAX;
+    *best_disk = -1;
+    uint64_t base = fixed + min_slots(g) * g->expert_stride;
+    for (uint32_t s = 0; s < (1u << g->n_units); s++) {
+        uint32_t n = 0;
+        uint64_t sum = 0, big = 0;
+        for (uint32_t u = 0; u < g->n_units; u++)
+            if (s >> u & 1) { n++; sum += g->unit_bytes[u]; if (g->unit_bytes[u] > big) big = g->unit_bytes[u]; }
+        if (n == 1 || n == 2) continue;
+        uint64_t mem = g->trunk_bytes - sum + 2 * big;
+        if (mem < *min_trunk) *min_trunk = mem;
+        if (budget < base || mem > budget - base) continue;
+        uint64_t slots = g->expert_stride ? (budget - fixed - mem) / g->expert_stride : 0;
+        if (slots > g->n_experts_total) slots = g->n_experts_total;
+        double dk = disk_of(g, sum, slots);
+        if (*best_disk < 0 || dk < *best_disk) *best_disk = dk;
+    }
+}
+
+/* Every invariant of one successful plan; returns 0 if all hold. */
+static int check_plan(const k3_geometry *g, const k3_plan *p, uint64_t budget, uint64_t fixed, const char *what)
+{
+    int f0 = k3_test_failures;
+    CHECK_MSG(p->resident <= budget, "%s: resident %" PRIu64 " > budget %" PRIu64, what, p->resident, budget);
+    CHECK_MSG(p->resident == fixed + p->trunk_resident + p->stream_buffers + p->expert_cache, "%s: parts", what);
+    CHECK_MSG(p->trunk_resident + p->trunk_streamed == g->trunk_bytes, "%s: trunk split", what);
+    uint32_t n = 0;
+    uint64_t sum = 0, big = 0;
+    for (uint32_t u = 0; u < g->n_units; u++)
+        if (p->unit_streamed[u]) { n++; sum += g->unit_bytes[u]; if (g->unit_bytes[u] > big) big = g->unit_bytes[u]; }
+    CHECK_MSG(n == p->n_streamed && sum == p->trunk_streamed, "%s: streamed flags vs counts", what);
+    CHECK_MSG(n == 0 || n >= 3, "%s: %u units streamed", what, n);
+    CHECK_MSG(p->stream_buffers == 2 * big, "%s: stream buffers %" PRIu64 ", largest streamed unit %" PRIu64,
+              what, p->stream_buffers, big);
+    CHECK_MSG(p->expert_cache == p->expert_slots * g->expert_stride, "%s: cache bytes", what);
+    CHECK_MSG(p->expert_slots >= min_slots(g) && p->expert_slots <= g->n_experts_total, "%s: slots %" PRIu64,
+              what, p->expert_slots);
+    CHECK_MSG(p->experts_all_resident == (p->expert_slots == g->n_experts_total), "%s: all resident flag", what);
+    /* the rest of the budget went to the cache: not one more slot fits */
+    CHECK_MSG(p->experts_all_resident || budget - p->resident < g->expert_stride, "%s: %" PRIu64
+              " bytes left unused", what, budget - p->resident);
+    double want = disk_of(g, p->trunk_streamed, p->expert_slots);
+    CHECK_MSG(p->disk_per_token > want - 1 && p->disk_per_token < want + 1, "%s: disk/token %.0f, expected %.0f",
+              what, p->disk_per_token, want);
+    uint64_t rep = k3_plan_disk_bytes_per_token(p, g);
+    CHECK_MSG((double)rep > p->disk_per_token - 1 && (double)rep < p->disk_per_token + 1, "%s: report disk", what);
+    return k3_test_failures != f0;
+}
+
+static k3_err plan(const k3_geometry *g, uint64_t budget, uint64_t fixed, k3_plan *p, k3_diag *d)
+{
+    return k3_plan_make(&cfg0, g, budget, 4096, 64, fixed - K3_PLAN_MARGIN, 1000, 2000, p, d);
+}
+
+/* The minimum is the smallest budget accepted, and the brute-force minimum. */
+static void check_minimum(const k3_geometry *g, uint64_t fixed, const char *what)
+{
+    k3_plan p;
+    k3_diag d = {0};
+    k3_err e = plan(g, 1, fixed, &p, &d);
+    CHECK_MSG(e == K3_ERR_USAGE, "%s: a 1-byte budget accepted", what);
+    uint64_t minimum = p.minimum, bt;
+    double bd;
+    REQUIRE(minimum > 0);
+    char num[32];
+    snprintf(num, sizeof num, "%" PRIu64 " bytes", minimum);
+    CHECK_MSG(strstr(d.msg, num) != NULL, "%s: the refusal does not name the minimum: %s", what, d.msg);
+    if (g->n_units <= 16) {
+        brute(g, fixed, minimum, &bt, &bd);
+        CHECK_MSG(minimum == fixed + min_slots(g) * g->expert_stride + bt, "%s: minimum %" PRIu64
+                  ", brute force %" PRIu64, what, minimum, fixed + min_slots(g) * g->expert_stride + bt);
+    }
+    e = plan(g, minimum, fixed, &p, &d);
+    CHECK_MSG(e == K3_OK, "%s: the minimum %" PRIu64 " is refused: %s", what, minimum, d.msg);
+    if (!e) check_plan(g, &p, minimum, fixed, what);
+    e = plan(g, minimum - 1, fixed, &p, &d);
+    CHECK_MSG(e == K3_ERR_USAGE, "%s: minimum - 1 accepted", what);
+}
+
+/* Budgets from the minimum up to everything resident (+ 1 GiB), `steps` of them: invariants,
+   monotonic disk per token, and (small geometries) the brute-force best within `slack`. */
+static void sweep(const k3_geometry *g, uint64_t fixed, int steps, double slack, const char *what)
+{
+    k3_plan p;
+    k3_diag d = {0};
+    plan(g, 1, fixed, &p, &d);
+    uint64_t lo = p.minimum, hi = fixed + g->trunk_bytes + g->experts_bytes + GIB;
+    double prev = -1, worst = 0;
+    for (int i = 0; i <= steps; i++) {
+        uint64_t b = lo + (uint64_t)((double)(hi - lo) * i / steps);
+        char w[96];
+        snprintf(w, sizeof w, "%s at %" PRIu64, what, b);
+        k3_err e = plan(g, b, fixed, &p, &d);
+        CHECK_MSG(e == K3_OK, "%s: %s", w, d.msg);
+        if (e || check_plan(g, &p, b, fixed, w)) return;
+        CHECK_MSG(prev < 0 || p.disk_per_token <= prev + 0.5, "%s: disk/token %.0f, more than %.0f at a smaller budget",
+                  w, p.disk_per_token, prev);
+        prev = p.disk_per_token;
+        if (g->n_units <= 16) {
+            uint64_t bt;
+            double bd;
+            brute(g, fixed, b, &bt, &bd);
+            double over = p.disk_per_token / bd - 1;
+            if (over > worst) worst = over;
+            CHECK_MSG(p.disk_per_token <= bd * (1 + slack) + 1, "%s: disk/token %.0f, brute-force best %.0f", w,
+                      p.disk_per_token, bd);
+        }
+    }
+    if (g->n_units <= 16) printf("%s: worst disk/token over the brute-force best: %.3f %%\n", what, 100 * worst);
+    /* everything resident from fixed + trunk + every expert on */
+    uint64_t all = fixed + g->trunk_bytes + g->experts_bytes;
+    REQUIRE(plan(g, all, fixed, &p, &d) == K3_OK);
+    CHECK_MSG(p.n_streamed == 0 && p.experts_all_resident && p.resident == all && p.stream_buffers == 0,
+              "%s: not all resident at %" PRIu64, what, all);
+    CHECK_MSG(p.expert_reads_per_token == 0 && p.disk_per_token == (double)g->embed_row_bytes, "%s: reads", what);
+}
+
+static void test_synthetic(void)
+{
+    /* layers of three sizes and a big head, 4 MoE layers of 64 experts, top 4 */
+    uint64_t u1[] = {300 * MIB, 120 * MIB, 120 * MIB, 80 * MIB, 120 * MIB, 80 * MIB, 120 * MIB, 400 * MIB};
+    make_geo(&geo, u1, 8, 4, 64, 4, 3 * MIB + 100);
+    uint64_t fixed = 50 * MIB + K3_PLAN_MARGIN;
+    check_minimum(&geo, fixed, "synthetic 1");
+    sweep(&geo, fixed, 400, 0.05, "synthetic 1");
+
+    /* everything resident when the budget allows it */
+    k3_plan p;
+    k3_diag d = {0};
+    REQUIRE(plan(&geo, fixed + geo.trunk_bytes + geo.experts_bytes, fixed, &p, &d) == K3_OK);
+    CHECK(p.n_streamed == 0 && p.experts_all_resident && p.stream_buffers == 0 && p.expert_reads_per_token == 0);
+    CHECK_EQ_U64(p.trunk_resident, geo.trunk_bytes);
+    /* one byte less: every expert no longer fits, the trunk stays resident */
+    REQUIRE(plan(&geo, fixed + geo.trunk_bytes + geo.experts_bytes - 1, fixed, &p, &d) == K3_OK);
+    CHECK(p.n_streamed == 0 && !p.experts_all_resident && p.expert_slots == geo.n_experts_total - 1);
+
+    /* streaming: two buffers of the largest streamed unit (the trunk cannot be resident) */
+    uint64_t budget = fixed + min_slots(&geo) * geo.expert_stride + 900 * MIB;
+    REQUIRE(plan(&geo, budget, fixed, &p, &d) == K3_OK);
+    check_plan(&geo, &p, budget, fixed, "synthetic 1, 900 MiB of trunk");
+    CHECK(p.n_streamed >= 3);
+
+    /* all units the same size: the minimum streams all of them through 2 buffers */
+    uint64_t u2[] = {100 * MIB, 100 * MIB, 100 * MIB, 100 * MIB, 100 * MIB, 100 * MIB};
+    make_geo(&geo, u2, 6, 5, 32, 8, MIB);
+    check_minimum(&geo, fixed, "synthetic 2");
+    REQUIRE(plan(&geo, 1, fixed, &p, &d) == K3_ERR_USAGE);
+    CHECK_EQ_U64(p.minimum, fixed + 16 * MIB + 200 * MIB);
+    sweep(&geo, fixed, 300, 0.05, "synthetic 2");
+
+    /* three units: streaming all three is the only streaming arrangement */
+    uint64_t u3[] = {10 * MIB, 50 * MIB, 20 * MIB};
+    make_geo(&geo, u3, 3, 2, 16, 2, MIB);
+    check_minimum(&geo, fixed, "synthetic 3");
+    REQUIRE(plan(&geo, 1, fixed, &p, &d) == K3_ERR_USAGE);
+    CHECK_EQ_U64(p.minimum, fixed + 4 * MIB + 80 * MIB);        /* streaming needs 2 x 50 MiB > 80 resident */
+    sweep(&geo, fixed, 200, 0.05, "synthetic 3");
+
+    /* two units: never streamed (they would sit in the two buffers) */
+    uint64_t u4[] = {70 * MIB, 30 * MIB};
+    make_geo(&geo, u4, 2, 1, 8, 2, MIB);
+    REQUIRE(plan(&geo, 1, fixed, &p, &d) == K3_ERR_USAGE);
+    CHECK_EQ_U64(p.minimum, fixed + 4 * MIB + 100 * MIB);
+    check_minimum(&geo, fixed, "synthetic 4");
+    sweep(&geo, fixed, 100, 0.0, "synthetic 4");
+
+    /* no routed experts (a dense model) */
+    uint64_t u5[] = {40 * MIB, 40 * MIB, 40 * MIB, 40 * MIB, 60 * MIB};
+    make_geo(&geo, u5, 5, 0, 0, 0, 0);
+    check_minimum(&geo, fixed, "dense");
+    sweep(&geo, fixed, 100, 0.0, "dense");
+
+    /* 24 units of 24 sizes: 2^24 choices, more than the exact search tries; the heuristic plans
+       (no brute force here: the invariants, the minimum and monotonic reads) */
+    uint64_t u6[24];
+    for (int i = 0; i < 24; i++) u6[i] = (uint64_t)(40 + 7 * i) * MIB + 4096ull * (uint64_t)i;
+    make_geo(&geo, u6, 24, 8, 64, 4, 2 * MIB);
+    check_minimum(&geo, fixed, "24 sizes");
+    sweep(&geo, fixed, 2000, 0, "24 sizes");
+
+    /* random geometries of up to 12 units */
+    srand(7);
+    for (int t = 0; t < 40; t++) {
+        uint64_t u[12];
+        uint32_t n = 3 + (uint32_t)(rand() % 10);
+        uint32_t kinds = 1 + (uint32_t)(rand() % 4);
+        uint64_t sizes[4];
+        for (uint32_t k = 0; k < kinds; k++) sizes[k] = (uint64_t)(1 + rand() % 400) * MIB + (uint64_t)(rand() % 4096);
+        for (uint32_t i = 0; i < n; i++) u[i] = sizes[rand() % kinds];
+        make_geo(&geo, u, n, 1 + (uint32_t)(rand() % 8), 16 + (uint32_t)(rand() % 64), 1 + (uint32_t)(rand() % 8),
+                 (uint64_t)(1 + rand() % 8) * MIB);
+        char w[32];
+        snprintf(w, sizeof w, "random %d", t);
+        check_minimum(&geo, fixed, w);
+        sweep(&geo, fixed, 150, 0.10, w);
+    }
+}
+
+/* The real Kimi K3 config: the geometry from the config (k3pack's layout), then the planner
+   across budgets, and the numbers docs/FORMAT.md states. */
+static void test_k3(void)
+{
+    char path[4096];
+    const char *data = getenv("K3_TEST_DATA");
+    snprintf(path, sizeof path, "%s/kimi-k3-config.json", data ? data : "tests/data");
+    k3_config c;
+    k3_diag d = {0};
+    REQUIRE(k3_config_load(path, &c, &d) == K3_OK);
+    REQUIRE(k3_geometry_from_config(&c, &geo, &d) == K3_OK);
+    CHECK_EQ_U64(geo.n_units, 94);
+    CHECK_EQ_U64(geo.n_moe_layers, 92);
+    CHECK_EQ_U64(geo.top_k, 16);
+    CHECK_EQ_U64(geo.n_experts_total, 92 * 896);
+    CHECK_EQ_U64(geo.expert_record, 17547264);                  /* FORMAT.md 2.3 */
+    CHECK_EQ_U64(geo.expert_stride, 17547264);
+    CHECK_EQ_U64(geo.embed_row_bytes, 7168 * 2);
+    /* lm_head [163840, 7168] BF16 alone is 2.19 GiB: the head is at least that */
+    CHECK(geo.unit_bytes[93] >= 163840ull * 7168 * 2);
+    uint64_t sum = 0;
+    for (uint32_t u = 0; u < geo.n_units; u++) sum += geo.unit_bytes[u];
+    CHECK_EQ_U64(sum, geo.trunk_bytes);
+
+    k3_plan p;
+    REQUIRE(k3_plan_for(&c, &geo, 1, 4096, 64, 0, &p, &d) == K3_ERR_USAGE);
+    uint64_t minimum = p.minimum, fixed = p.buffers + p.margin;
+    CHECK_MSG(minimum < 8 * GIB, "K3's minimum %.2f GiB is above the laptop preset", minimum / (double)GIB);
+    REQUIRE(k3_plan_for(&c, &geo, minimum, 4096, 64, 0, &p, &d) == K3_OK);
+    check_plan(&geo, &p, minimum, fixed, "K3 at the minimum");
+    CHECK(k3_plan_for(&c, &geo, minimum - 1, 4096, 64, 0, &p, &d) == K3_ERR_USAGE);
+    /* the minimum from the unit sizes: stream every unit through 2 buffers of the largest, or keep
+       the largest units resident and stream the others through smaller buffers; the best of these */
+    uint64_t best = UINT64_MAX;
+    for (uint32_t i = 0; i < geo.n_units; i++) {             /* cap = unit i's size */
+        uint64_t cap = geo.unit_bytes[i], res = 0;
+        uint32_t n = 0;
+        for (uint32_t u = 0; u < geo.n_units; u++) {
+            if (geo.unit_bytes[u] > cap) res += geo.unit_bytes[u];
+            else n++;
+        }
+        if (n >= 3 && res + 2 * cap < best) best = res + 2 * cap;
+    }
+    if (geo.trunk_bytes < best) best = geo.trunk_bytes;
+    CHECK_EQ_U64(minimum, fixed + 32 * geo.expert_stride + best);
+
+    /* the presets, and a sweep to 300 GiB in 4 MiB steps near the minimum, then 64 MiB */
+    double prev = -1;
+    uint64_t b = minimum;
+    int n = 0;
+    while (b < 300 * GIB) {
+        char w[64];
+        snprintf(w, sizeof w, "K3 at %" PRIu64, b);
+        REQUIRE(k3_plan_for(&c, &geo, b, 4096, 64, 0, &p, &d) == K3_OK);
+        if (check_plan(&geo, &p, b, fixed, w)) break;
+        CHECK_MSG(prev < 0 || p.disk_per_token <= prev + 0.5, "%s: disk/token %.0f > %.0f at a smaller budget", w,
+                  p.disk_per_token, prev);
+        prev = p.disk_per_token;
+        b += b < 20 * GIB ? 4 * MIB : 64 * MIB;
+        n++;
+    }
+    printf("K3: %d budgets from %.2f GiB to 300 GiB\n", n, minimum / (double)GIB);
+    const char *presets[] = {"laptop", "workstation", "server"};
+    double last = -1;
+    for (int i = 0; i < 3; i++) {
+        uint64_t pb = k3_preset_budget(presets[i]);
+        REQUIRE(k3_plan_for(&c, &geo, pb, 4096, 64, 0, &p, &d) == K3_OK);
+        check_plan(&geo, &p, pb, fixed, presets[i]);
+        CHECK(last < 0 || p.disk_per_token <= last);
+        last = p.disk_per_token;
+        printf("K3 %s: resident %.2f GiB, %u units streamed, %" PRIu64 " expert slots, %.2f GiB per token\n",
+               presets[i], p.resident / (double)GIB, p.n_streamed, p.expert_slots, p.disk_per_token / (double)GIB);
+    }
+}
+
+/* The report: the streamed list, and the JSON numbers against the plan. */
+static void test_report(void)
+{
+    uint64_t u[] = {100 * MIB, 100 * MIB, 100 * MIB, 100 * MIB, 100 * MIB, 100 * MIB, 100 * MIB};
+    make_geo(&geo, u, 7, 6, 32, 4, MIB);
+    k3_plan p;
+    memset(&p, 0, sizeof p);
+    p.n_units = 7;
+    char buf[64];
+    CHECK_STR(k3_plan_streamed_list(&p, buf, sizeof buf), "none");
+    p.unit_streamed[0] = p.unit_streamed[1] = p.unit_streamed[2] = p.unit_streamed[4] = p.unit_streamed[6] = 1;
+    CHECK_STR(k3_plan_streamed_list(&p, buf, sizeof buf), "0-2, 4, head");
+    char small[8];
+    CHECK_STR(k3_plan_streamed_list(&p, small, sizeof small), "0-2,...");
+
+    uint64_t fixed = 10 * MIB + K3_PLAN_MARGIN;
+    k3_diag d = {0};
+    REQUIRE(plan(&geo, fixed + 8 * MIB + 350 * MIB, fixed, &p, &d) == K3_OK);
+    json_t *j = k3_plan_json(&p, &geo);
+    REQUIRE(j != NULL);
+    CHECK_EQ_U64(json_integer_value(json_object_get(j, "resident_bytes")), p.resident);
+    CHECK_EQ_U64(json_integer_value(json_object_get(j, "minimum_bytes")), p.minimum);
+    json_t *tr = json_object_get(j, "trunk"), *st = json_object_get(tr, "streamed");
+    CHECK_EQ_U64(json_array_size(st), p.n_streamed);
+    CHECK_EQ_U64(json_integer_value(json_object_get(tr, "stream_buffer_bytes")), 200 * MIB);
+    size_t i;
+    json_t *v;
+    uint64_t sum = 0;
+    json_array_foreach(st, i, v) {
+        uint32_t unit = json_is_string(v) ? 6 : (uint32_t)json_integer_value(v);
+        CHECK(!json_is_string(v) || !strcmp(json_string_value(v), "head"));
+        CHECK(p.unit_streamed[unit]);
+        sum += geo.unit_bytes[unit];
+    }
+    CHECK_EQ_U64(sum, p.trunk_streamed);
+    uint64_t disk = (uint64_t)json_integer_value(json_object_get(j, "disk_bytes_per_token"));
+    CHECK(disk == k3_plan_disk_bytes_per_token(&p, &geo));
+    json_t *io = json_object_get(j, "io_seconds_per_token_at_gb_per_s");
+    double s7 = json_real_value(json_object_get(io, "7"));
+    CHECK(s7 > disk / 7e9 * 0.999999 && s7 < disk / 7e9 * 1.000001);
+    json_decref(j);
+
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    REQUIRE(f != NULL);
+    k3_plan_print(f, &p, &geo);
+    fclose(f);
+    char want[64];
+    snprintf(want, sizeof want, "(%" PRIu64 " bytes)", p.resident);
+    CHECK_MSG(strstr(text, want) != NULL, "the text report lacks the resident bytes: %s", text);
+    CHECK(strstr(text, "GB/s") != NULL && strstr(text, "uniform routing") != NULL);
+    free(text);
+}
+
+int main(void)
+{
+    test_synthetic();
+    test_k3();
+    test_report();
+    return k3_test_done();
+}
