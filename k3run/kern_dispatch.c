@@ -7,6 +7,7 @@
  * into fixed blocks of K3_KERN_BLOCK and the blocks shared statically.
  */
 #include "kern.h"
+#include "k3_par.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -94,10 +95,9 @@ void k3_matmul(k3_isa isa, const k3_mat *W, const float *x, size_t ldx, uint32_t
     const uint32_t rows = W->rows;
     const long nblocks = (long)((rows + K3_KERN_BLOCK - 1) / K3_KERN_BLOCK);
     const int big = (double)rows * W->cols * T >= K3_KERN_PARALLEL_MIN;
-    #pragma omp parallel for schedule(static) if (big)
-    for (long b = 0; b < nblocks; b++) {
+    K3_PFOR(big, for (long b = 0; b < nblocks; b++) {
         uint32_t r0 = (uint32_t)b * K3_KERN_BLOCK;
         uint32_t r1 = rows - r0 < K3_KERN_BLOCK ? rows : r0 + K3_KERN_BLOCK;
         k3_matmul_rows(isa, W, x, ldx, T, y, ldy, r0, r1);
-    }
+    });
 }

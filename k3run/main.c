@@ -455,6 +455,8 @@ int main(int argc, char **argv)
         memset(&sa, 0, sizeof sa);
         sa.sa_handler = on_sigint;
         sigaction(SIGINT, &sa, NULL);
+        static char outbuf[1 << 16];                 /* stdout's buffer, made before the token loop */
+        if (!json) setvbuf(stdout, outbuf, isatty(1) ? _IOLBF : _IOFBF, sizeof outbuf);
         FILE *out = json ? open_memstream(&mem, &mem_len) : stdout;
         k3_gen_opts go = {.n_predict = n_predict, .print_ids = k3_opt_count(&a, OPT_PRINT_IDS) > 0 && !json,
                           .eos = k3w_config(w)->eos_token_id, .sampler = so,

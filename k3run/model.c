@@ -50,11 +50,9 @@ void k3_glu(const k3_config *c, float *g, const float *u, uint32_t n)
     /* element-wise: splitting it between threads changes nothing */
     if (c->hidden_act == K3_ACT_SITU) {
         float b = (float)c->activation_situ_beta, bl = (float)c->activation_situ_linear_beta;
-#pragma omp parallel for schedule(static) if (n >= 8192)
-        for (uint32_t i = 0; i < n; i++) g[i] = k3_situf(g[i], u[i], b, bl);
+        K3_PFOR(n >= 8192, for (uint32_t i = 0; i < n; i++) g[i] = k3_situf(g[i], u[i], b, bl););
     } else {
-#pragma omp parallel for schedule(static) if (n >= 8192)
-        for (uint32_t i = 0; i < n; i++) g[i] = k3_siluf(g[i]) * u[i];
+        K3_PFOR(n >= 8192, for (uint32_t i = 0; i < n; i++) g[i] = k3_siluf(g[i]) * u[i];);
     }
 }
 

@@ -90,8 +90,7 @@ k3_err k3_kda(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3
     for (uint32_t i = 0; i < T * H; i++) beta[i] = k3_sigmoidf(beta[i]);
 
     /* recurrence per head: S <- S * exp(g); u = beta (v - S^T k); S += k u^T; o = S^T q */
-#pragma omp parallel for schedule(static)
-    for (uint32_t hh = 0; hh < H; hh++) {
+    K3_PFOR(1, for (uint32_t hh = 0; hh < H; hh++) {
         float *S = st->S + (size_t)hh * K * K;                       /* [K][V] */
         float *ks = m->headtmp + (size_t)hh * 2 * K, *u = ks + K;    /* [K] each */
         for (uint32_t t = 0; t < T; t++) {
@@ -113,7 +112,7 @@ k3_err k3_kda(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3
             for (uint32_t a = 0; a < K; a++)
                 for (uint32_t b = 0; b < K; b++) ot[b] = ot[b] + qt[a] * S[a * K + b];
         }
-    }
+    });
     /* output gate (of x, pitfall 7) and gated RMSNorm per head */
     float *gate = m->t3;                                              /* [T][C] (g is used up) */
     if (c->kda_full_rank_gate) {
@@ -169,8 +168,7 @@ k3_err k3_mla(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3
     float scale = (float)(1.0 / sqrt((double)qd));
     for (uint32_t t = 0; t < T; t++) {
         uint32_t np = m->pos + t + 1;                                 /* positions visible: 0 .. pos+t */
-#pragma omp parallel for schedule(static)
-        for (uint32_t hh = 0; hh < Hm; hh++) {
+        K3_PFOR(1, for (uint32_t hh = 0; hh < Hm; hh++) {
             const float *qn = q + (size_t)t * Hm * qd + (size_t)hh * qd, *qr = qn + dn;
             float *ql = m->mla_q + (size_t)hh * R, *s = m->mla_s + (size_t)hh * ctx, *ol = m->mla_ol + (size_t)hh * R;
             /* q_hat = W_UK_h^T q_nope, in increasing d */
@@ -197,7 +195,7 @@ k3_err k3_mla(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3
             k3_mat uv = {.enc = K3_ENC_BF16, .rows = dv, .cols = R,
                          .data = kvb_w + ((size_t)hh * (dn + dv) + dn) * R};
             k3_matmul_rows(m->o.isa, &uv, ol, R, 1, o + (size_t)t * Hm * dv + (size_t)hh * dv, dv, 0, dv);
-        }
+        });
     }
     if (c->mla_use_output_gate) {
         float *gt = m->t3;                                            /* [T][Hm*dv] */

@@ -7,6 +7,7 @@
 
 #include "k3_config.h"
 #include "model.h"
+#include "k3_par.h"
 
 typedef struct k3_dims {
     uint32_t D, L, V;             /* hidden, layers, vocab */
