@@ -12,11 +12,15 @@
 #include "plan.h"
 #include "weights.h"
 
+enum { K3_EVICT_LRU, K3_EVICT_LFU };
+#define K3_EVICT_DEFAULT K3_EVICT_LFU
+
 #define RECORD_HASH_MISMATCH "XXH3-64 does not match the manifest: the pack is damaged, run k3verify"
 
 typedef struct expert_layer {
     uint8_t *data;            /* resident mode: [count][stride] records as in the shard, 64-byte aligned */
     int32_t *slot;            /* cache mode: [count] slot holding expert e, -1 if none */
+    uint64_t *uses;           /* cache mode: [count] times expert e was asked for (LFU) */
     int fd, fd_direct;        /* cache mode: the shard (fd_direct: O_DIRECT, or -1) */
     char *path;
     uint64_t offset, record_size;
@@ -75,6 +79,7 @@ struct k3_weights {
     uint64_t *slot_used;      /* [n_slots] tick of the last use (LRU) */
     int32_t *slot_pin;        /* [n_slots] pinned by the current acquire */
     uint64_t tick;
+    int evict;                /* K3_EVICT_* */
     k3io_job *slot_job;       /* [n_slots] the read into each slot */
     /* the current acquire: its experts handed out in order, hits first */
     int acq_layer, acq_n, acq_next;

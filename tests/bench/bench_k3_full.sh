@@ -37,7 +37,7 @@ disk_gbs=$(echo "1.073741824 / $disk" | bc -l)
 echo "disk read bandwidth (O_DIRECT, 16 MiB reads): $(printf %.2f "$disk_gbs") GB/s" >&2
 for b in $budgets; do
     echo "k3run at --budget $b ..." >&2
-    "$build/bin/k3run" -m "$pk" -p "Hello" -n 3 -t "$threads" --budget "$b" --json > "$work/run-$b.json"
+    "$build/bin/k3run" -m "$pk" -p "Hello" -n 4 -t "$threads" --budget "$b" --json > "$work/run-$b.json"
 done
 $PY - "$work" "$disk_gbs" "$threads" $budgets <<'PYEOF'
 import json, sys
