@@ -132,6 +132,7 @@ static k3_err read_stream(FILE *f, const char *name, char **out, size_t *len, k3
     size_t cap = 1 << 16, n = 0;
     char *b = malloc(cap);
     if (!b) return k3_fail(d, K3_ERR_NOMEM, "out of memory");
+    errno = 0;
     for (;;) {
         if (n == cap) {
             char *nb = realloc(b, cap *= 2);
@@ -142,7 +143,11 @@ static k3_err read_stream(FILE *f, const char *name, char **out, size_t *len, k3
         n += r;
         if (r == 0) break;
     }
-    if (ferror(f)) { free(b); return k3_fail(d, K3_ERR_IO, "%s: read failed", name); }
+    if (ferror(f)) {
+        int err = errno;
+        free(b);
+        return k3_fail(d, K3_ERR_IO, "'%s': cannot read: %s", name, err ? strerror(err) : "read failed");
+    }
     *out = b;
     *len = n;
     return K3_OK;
@@ -217,8 +222,8 @@ static int get_u32(const k3_args *a, int id, uint64_t def, uint64_t lo, uint64_t
     uint64_t v;
     k3_diag d;
     if (k3_opt_u64(a, id, def, 0, &v, &d)) return k3_usage_error("%s", d.msg);
-    if (v < lo || v > hi) return k3_usage_error("--%s must be in %llu..%llu", name, (unsigned long long)lo,
-                                                (unsigned long long)hi);
+    if (v < lo || v > hi) return k3_usage_error("--%s must be in %llu..%llu (got %llu)", name, (unsigned long long)lo,
+                                                (unsigned long long)hi, (unsigned long long)v);
     *out = (uint32_t)v;
     return 0;
 }
@@ -230,8 +235,11 @@ static int get_float(const k3_args *a, int id, float def, const char *name, floa
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (end == s || *end || errno || isnan(v)) return k3_usage_error("--%s: '%s' is not a number", name, s);
-    *out = (float)v;
+    if (end == s || *end || isnan(v)) return k3_usage_error("--%s: '%s' is not a number", name, s);
+    float f = (float)v;                 /* 1e39 would become inf, 1e-50 zero: say what was given */
+    if (errno == ERANGE || (isinf(f) && !isinf(v)) || (f == 0.0f && v != 0.0))
+        return k3_usage_error("--%s: '%s' is out of range (a 32-bit float)", name, s);
+    *out = f;
     return 0;
 }
 
@@ -329,6 +337,11 @@ int main(int argc, char **argv)
     int32_t *prompt = NULL;
     uint32_t n_prompt = 0;
     k3_err e = K3_OK;
+    char psrc[4200];                                  /* where the prompt came from, for messages */
+    if (k3_opt_str(&a, OPT_PROMPT_IDS)) snprintf(psrc, sizeof psrc, "--prompt-ids");
+    else if (k3_opt_str(&a, OPT_PROMPT)) snprintf(psrc, sizeof psrc, "-p");
+    else if (k3_opt_str(&a, OPT_FILE)) snprintf(psrc, sizeof psrc, "-f '%s'", k3_opt_str(&a, OPT_FILE));
+    else snprintf(psrc, sizeof psrc, "stdin");
     if (k3_opt_str(&a, OPT_PROMPT_IDS)) {
         if ((e = parse_ids(k3_opt_str(&a, OPT_PROMPT_IDS), &prompt, &n_prompt, &d)))
             return e == K3_ERR_USAGE ? k3_usage_error("--prompt-ids: %s", d.msg) : fail(e, &d);
@@ -345,7 +358,6 @@ int main(int argc, char **argv)
         if (e) return fail(e, &d);
     }
 
-    if (k3_opt_count(&a, OPT_VERIFY) && (e = run_verify(pack, &d))) { free(text); free(prompt); return fail(e, &d); }
     double t_load = k3_now();
     k3_tok *tok = NULL;
     if ((e = k3_tok_load_dir(pack, &tok, &d))) { free(text); free(prompt); return fail(e, &d); }
@@ -368,12 +380,27 @@ int main(int argc, char **argv)
     if (n_prompt == 0) {
         k3_tok_free(tok);
         free(prompt);
-        return k3_usage_error("the prompt is empty: there is nothing to continue");
+        return k3_usage_error("the prompt (%s) is empty: there is nothing to continue", psrc);
     }
     if (n_prompt > context) {
         k3_tok_free(tok);
         free(prompt);
-        return k3_usage_error("the prompt has %u tokens, more than the context of %u (--context)", n_prompt, context);
+        return k3_usage_error("the prompt (%s) has %u tokens, more than the context of %u (--context)", psrc,
+                              n_prompt, context);
+    }
+    if ((uint64_t)n_prompt + (n_predict ? n_predict - 1 : 0) > context) {   /* k3_generate's check, before loading */
+        k3_tok_free(tok);
+        free(prompt);
+        return k3_usage_error("the prompt (%s, %u tokens) and %u generated tokens (-n) do not fit the context of %u "
+                              "positions (--context): use a larger --context or a smaller -n", psrc, n_prompt,
+                              n_predict, context);
+    }
+
+    /* the prompt is good: only now the whole pack's check (--verify) */
+    if (k3_opt_count(&a, OPT_VERIFY)) {
+        double tv = k3_now();
+        if ((e = run_verify(pack, &d))) { k3_tok_free(tok); free(prompt); return fail(e, &d); }
+        t_load += k3_now() - tv;                     /* the load time does not count the check */
     }
 
     /* the memory plan, from the manifest alone */
