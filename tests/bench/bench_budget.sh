@@ -8,29 +8,32 @@
 # expert resident when the machine has the memory: the compute bound), a number
 # = that percentage of the pack's bytes, or a size k3run understands (6G).
 # For each budget: sync + drop the page cache (needs root; otherwise it warns and
-# the numbers are warm), measure the disk with one O_DIRECT pass over an expert
-# shard (dd iflag=direct bs=16M), drop again, run k3run greedy on a fixed prompt
-# with --stats --json, and take per-token numbers from its "tokens" array.
+# the numbers are warm), measure the disk (below), drop again, run k3run greedy
+# on a fixed prompt with --stats --json, and take per-token numbers from its
+# "tokens" array.
 #
-# Limits measured in the same run:
-#   disk         dd iflag=direct bs=16M of the largest expert shard (sequential)
-#   records      random expert records read with O_DIRECT, 4 in flight (what the
-#                cache's misses do: k3run has 4 reader threads); printed beside
-#   memory       build/bench/bench_membw THREADS
+# Limits measured in the same run, just before and just after each k3run run:
+#   shards       whole expert shards read with dd iflag=direct bs=16M, 4 at once
+#                (k3run has 4 reader threads; one stream is printed once, beside)
+#   records      384 random expert records read with O_DIRECT, 4 in flight: what
+#                the cache's misses do
+#   memory       build/bench/bench_membw THREADS (once)
+# The I/O bound uses the fastest of the four disk measurements around a run: the
+# stricter bound on a disk whose speed moves (this VM's disk is shared).
 # Columns: decode s/token = mean wall time of the generated tokens that ran a
 # forward pass; first token = load + prompt (what a user waits for, cold);
 # read/token = bytes read from disk per decoded token (experts + streamed trunk +
 # the embedding row); hit = expert cache hits / requests while decoding;
-# I/O bound = read/token / disk bandwidth of that run; compute bound = the
+# I/O bound = read/token / the disk bandwidth around that run; compute bound = the
 # decode s/token of the "all" run (every weight resident, nothing read);
 # ratio = s/token / max(bounds) (the aim is <= 1.3).
 #
 # Env: K3_BIN (dir of k3run, default build/bin), K3_BENCH_BIN (dir of
 # bench_membw, default build/bench), PROMPT_FILE (default: the prompt of
 # bench_run.sh), NICE (default 10), K3RUN_ARGS (extra k3run options, e.g.
-# "--batch 16"), K3RUN_ENV (extra environment, e.g. "K3_EVICT=layer").
+# "--batch 128"), K3RUN_ENV (extra environment, e.g. "K3_EVICT=lru").
 set -eu
-[ $# -ge 1 ] || { sed -n '2,31p' "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,34p' "$0"; exit 2; }
 pack=$(cd "$1" && pwd)
 work=${2:-/tmp/k3bench-budget}
 threads=${3:-$(nproc)}
@@ -52,35 +55,40 @@ drop() {
     if [ -w /proc/sys/vm/drop_caches ]; then echo 3 > /proc/sys/vm/drop_caches
     else echo "warning: cannot drop the page cache (not root): warm numbers" >&2; fi
 }
-load1() { cut -d' ' -f1 /proc/loadavg; }
-# microseconds some task waited for a CPU (PSI), and the time now in microseconds
-psi() { if [ -r /proc/pressure/cpu ]; then sed -n 's/^some .*total=//p' /proc/pressure/cpu; else echo 0; fi; }
+# CPU time of the whole machine so far, in clock ticks (user+nice+system+irq+softirq+steal)
+busy() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9 }' /proc/stat; }
 now_us() { date +%s%6N; }
 packbytes=$(du -sb "$pack" | cut -f1)
-shard=$(ls -S "$pack"/experts-layer-*.k3s 2>/dev/null | head -1)
-[ -n "$shard" ] || { echo "$pack: no expert shard" >&2; exit 2; }
+ls "$pack"/experts-layer-*.k3s > /dev/null 2>&1 || { echo "$pack: no expert shard" >&2; exit 2; }
 
-# disk: one sequential O_DIRECT pass; prints GB/s
+# disk: whole expert shards read with dd iflag=direct bs=16M, $1 at once (k3run reads with 4
+# threads, so 4 streams is the disk bandwidth k3run can reach; 1 stream is printed beside),
+# starting at shard $2 (each run reads other shards); prints GB/s
 disk_bw() {
     drop
-    LC_ALL=C dd if="$shard" of=/dev/null bs=16M iflag=direct 2>&1 | tail -1 |
-        awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^s,?$/) s = $(i-1); printf "%.3f\n", $1 / s / 1e9 }'
+    n=$1
+    set -- $(ls "$pack"/experts-layer-*.k3s | awk -v s="$2" -v n="$n" '{ f[NR - 1] = $0 } END { for (i = 0; i < n; i++) print f[(s + i) % NR] }')
+    t0=$(now_us)
+    for f in "$@"; do dd if="$f" of=/dev/null bs=16M iflag=direct 2>/dev/null & done
+    wait
+    t1=$(now_us)
+    awk -v b="$(du -cb "$@" | tail -1 | cut -f1)" -v t=$((t1 - t0)) 'BEGIN { printf "%.3f\n", b / t / 1e3 }'
 }
 
-# records: 96 random expert records with O_DIRECT, 4 reads in flight; prints GB/s
+# records: $1 random expert records (sample seed $2) read with O_DIRECT, 4 in flight, as the
+# cache's misses are read (k3run has 4 reader threads); prints GB/s
 rec_bw() {
     drop
-    $PY - "$pack" <<'PYEOF'
+    $PY - "$pack" "$1" "$2" <<'PYEOF'
 import json, mmap, os, random, sys, threading, time
-pk = sys.argv[1]
+pk, n, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 m = json.load(open(os.path.join(pk, "manifest.json")))
-rng = random.Random(1)
 recs = []
 for x in m["expert_layers"]:
     sh = x["shard"]
     name = m["shards"][sh]["name"] if isinstance(sh, int) else sh
     recs += [(os.path.join(pk, name), x["offset"] + e * x["stride"], x["stride"]) for e in range(x["count"])]
-pick = rng.sample(recs, min(96, len(recs)))
+pick = random.Random(seed).sample(recs, min(n, len(recs)))
 fds = {p: os.open(p, os.O_RDONLY | os.O_DIRECT) for p in {r[0] for r in pick}}
 def work(part):
     buf = mmap.mmap(-1, max(r[2] for r in pick))
@@ -97,7 +105,8 @@ PYEOF
 }
 
 mem_bw=$("$bbin/bench_membw" "$threads")
-rec0=$(rec_bw)
+disk1=$(disk_bw 1 0)
+i=0
 : > "$work/runs.txt"
 for b in $budgets; do
     case $b in
@@ -105,25 +114,33 @@ for b in $budgets; do
         *[!0-9]*) barg="--budget $b" ;;
         *) barg="--budget $((packbytes * b / 100))" ;;
     esac
-    bw=$(disk_bw)
+    bw=$(disk_bw 4 $((1 + 4 * i)))
+    rb=$(rec_bw 384 $i)
+    i=$((i + 1))
     drop
-    l0=$(load1); p0=$(psi); t0=$(now_us)
+    c0=$(busy); t0=$(now_us)
     # shellcheck disable=SC2086
-    env ${K3RUN_ENV:-} nice -n "$nice" "$bin/k3run" -m "$pack" -f "$work/prompt.txt" -n "$ngen" -t "$threads" \
-        $barg ${K3RUN_ARGS:-} --stats --json > "$work/run-$b.json" 2> "$work/run-$b.err" ||
+    env ${K3RUN_ENV:-} /usr/bin/time -f '%U %S' -o "$work/run-$b.time" nice -n "$nice" "$bin/k3run" -m "$pack" \
+        -f "$work/prompt.txt" -n "$ngen" -t "$threads" $barg ${K3RUN_ARGS:-} --stats --json \
+        > "$work/run-$b.json" 2> "$work/run-$b.err" ||
         { echo "k3run failed at budget $b:" >&2; cat "$work/run-$b.err" >&2; exit 1; }
-    p1=$(psi); t1=$(now_us)
-    echo "$b $bw $l0 $(load1) $(( (p1 - p0) * 100 / (t1 - t0) ))" >> "$work/runs.txt"
+    c1=$(busy); t1=$(now_us)
+    bw2=$(disk_bw 4 $((1 + 4 * i)))
+    rb2=$(rec_bw 384 $i)
+    i=$((i + 1))
+    # the other processes' share of the machine's CPUs during the run, in %
+    others=$(awk -v c="$((c1 - c0))" -v hz="$(getconf CLK_TCK)" -v t="$((t1 - t0))" -v n="$(nproc)" \
+        '{ printf "%.0f", 100 * (c / hz - $1 - $2) / (t / 1e6 * n) }' "$work/run-$b.time")
+    echo "$b $bw $rb $bw2 $rb2 $others" >> "$work/runs.txt"
 done
-rec1=$(rec_bw)
 
-$PY - "$work" "$packbytes" "$mem_bw" "$rec0" "$rec1" "$threads" "$pack" <<'PYEOF'
-import json, statistics, sys
-work, packbytes, mem_bw, rec0, rec1, threads, pack = sys.argv[1:8]
-packbytes, mem_bw, rec0, rec1 = int(packbytes), float(mem_bw), float(rec0), float(rec1)
+$PY - "$work" "$packbytes" "$mem_bw" "$threads" "$pack" "$disk1" <<'PYEOF'
+import json, os, statistics, sys
+work, packbytes, mem_bw, threads, pack, disk1 = sys.argv[1:7]
+packbytes, mem_bw = int(packbytes), float(mem_bw)
 runs = []
 for line in open(work + "/runs.txt"):
-    b, bw, l0, l1, psi = line.split()
+    b, bw, rb, bw2, rb2, others = line.split()
     r = json.load(open("%s/run-%s.json" % (work, b)))
     if "tokens" not in r:
         sys.exit("k3run --json has no per-token \"tokens\" array: this script needs a k3run with per-token stats")
@@ -135,14 +152,14 @@ for line in open(work + "/runs.txt"):
     h = sum(t["expert_hits"] for t in fw)
     ms = sum(t["expert_misses"] for t in fw)
     wait = sum(t["io_wait_seconds"] for t in fw) / len(fw)
-    runs.append(dict(b=b, bw=float(bw), load=(float(l0), float(l1)), psi=int(psi), r=r, s=statistics.mean(sec),
+    runs.append(dict(b=b, bw=max(map(float, (bw, rb, bw2, rb2))), bws=tuple(map(float, (bw, rb, bw2, rb2))), others=int(others), r=r, s=statistics.mean(sec),
                      med=statistics.median(sec), rd=rd, hit=(h / (h + ms) if h + ms else None), wait=wait,
                      first=r["load_seconds"] + r["prompt_seconds"]))
 res = [x for x in runs if x["b"] == "all"]
 compute = res[0]["s"] if res else None
 gb = lambda v: v / 1e9
 print("| budget | slots (of experts) | trunk streamed | decode s/token (median) | first token s (load + prompt) "
-      "| read/token MB | hit (decode) | io wait s/token | disk GB/s | I/O bound s | compute bound s | ratio | peak RSS GB |")
+      "| read/token MB | hit (decode) | io wait s/token | disk GB/s before; after (shards / records) | I/O bound s | compute bound s | ratio | peak RSS GB |")
 print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 E = sum(x["count"] for x in json.load(open(pack + "/manifest.json"))["expert_layers"])
 for x in runs:
@@ -153,17 +170,18 @@ for x in runs:
           "%s %% (%.2f GB)" % (x["b"], gb(r["budget_bytes"])) if x["b"].isdigit() else "%s (%.2f GB)" % (x["b"], gb(r["budget_bytes"]))
     slots = r.get("expert_slots", 0)
     allres = x["b"] == "all" or (slots >= E and not r.get("expert_misses"))
-    print("| %s | %s | %s | %.3f (%.3f) | %.1f (%.1f + %.1f) | %.0f | %s | %.3f | %.2f | %.3f | %s | %s | %.2f |" % (
+    print("| %s | %s | %s | %.3f (%.3f) | %.1f (%.1f + %.1f) | %.0f | %s | %.3f | %.2f / %.2f; %.2f / %.2f | %.3f | %s | %s | %.2f |" % (
         lab, "all resident" if allres else "%d (%.0f %%)" % (slots, 100.0 * slots / E),
         r.get("trunk_units_streamed", 0), x["s"], x["med"], x["first"], r["load_seconds"], r["prompt_seconds"],
-        x["rd"] / 1e6, "-" if x["hit"] is None else "%.1f %%" % (100 * x["hit"]), x["wait"], x["bw"], io,
+        x["rd"] / 1e6, "-" if x["hit"] is None else "%.1f %%" % (100 * x["hit"]), x["wait"], *x["bws"], io,
         "%.3f" % compute if compute else "-",
         "%.2f" % (x["s"] / max(bounds)) if bounds else "-", gb(r["peak_rss_bytes"])))
 print()
 print("pack %.2f GB, %s threads, %d prompt + %d generated tokens (greedy); memory %.1f GB/s (bench_membw); "
-      "random expert records O_DIRECT, 4 in flight: %.2f GB/s before, %.2f GB/s after; "
-      "load average (1 min) before/after each run, and %% of its wall time some task waited for a CPU "
-      "(PSI; 0 = no contention): %s" % (
-          gb(packbytes), threads, runs[0]["r"]["prompt_tokens"], runs[0]["r"]["generated_tokens"], mem_bw, rec0, rec1,
-          ", ".join("%s %.1f/%.1f %d %%" % (x["b"], x["load"][0], x["load"][1], x["psi"]) for x in runs)))
+      "disk, one dd stream: %s GB/s; "
+      "other processes' share of the %d CPUs during each run (0 %% = the machine was ours): %s" % (
+          gb(packbytes), threads, runs[0]["r"]["prompt_tokens"], runs[0]["r"]["generated_tokens"], mem_bw, disk1,
+          os.cpu_count(), ", ".join("%s %d %%" % (x["b"], x["others"]) for x in runs)))
+same = len({tuple(x["r"]["generated_ids"]) for x in runs}) == 1
+print("the same generated ids at every budget: %s" % ("yes" if same else "NO (a bug: the budget must not change the text)"))
 PYEOF

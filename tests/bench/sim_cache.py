@@ -16,33 +16,42 @@ Hit rate = hits / expert requests, prefill and decode counted separately; the
 cache starts empty at the first prompt token and carries over into decode.
 
 Policies (victim choice among unpinned slots; free slots first):
-  lru         least recently used (what k3run/weights.c does today)
+  lru         least recently used (k3run until commit 2227ca2; K3_EVICT=lru)
   lfu         perfect LFU: use counts kept for every (layer, expert), also
               after eviction (a prompt batch counts the tokens that chose the
               expert: the runtime knows them); ties by LRU
+  lfu:0       the same, counting one use per acquire, whatever the batch (what
+              k3run/weights_experts.c does since commit 2227ca2)
   lfu-age:H   LFU with aging: counts decay with a half-life of H tokens (LFRU)
   layer-lru   per-layer partitioned LRU: each MoE layer owns slots/n_layers
   protect:P   LRU, but never evicts from the current layer or the next P layers
               (cyclic) while any other unpinned slot exists
   ldist-lru   evict from the layer whose next use is furthest (the layer just
               used, then the one before...), LRU inside that layer
-  ldist-age:H the same, evicting the lowest aged count among those layers'
-              experts: victim = max over slots of the estimated time of next use
-              = layers until the slot's layer comes back + n_layers x expected
-              tokens until the expert is chosen again (from its aged count)
+  ldist-age:H layer distance and frequency: victim = the latest estimated next
+              use = layers until the slot's layer comes back + n_layers x the
+              tokens until the expert is chosen again (1 / rate - 1, the rate
+              from its count aged with a half-life of H tokens)
   phase       ldist-lru during prompt batches, lfu while decoding (the runtime
               knows which it is doing)
   belady      Belady's MIN (evict the expert needed furthest in the future):
-              the upper bound for any demand cache of that size
+              the upper bound for any demand cache of that size (for prompt
+              batches split into groups, of that request order)
 
 With --pack PACK the script also measures the lookahead predictor of issue 8:
 layer L+1's router applied to what is known at layer L, against what layer L+1
 really chose. It rebuilds each layer's MoE input exactly from the dump
 (embedding, attn_out, out, the AttnRes and post-attention norm weights from the
 pack) and checks that the layer's own router reproduces the dumped experts.
+Without --pack, sizes are still simulated but no MB are printed.
 
-  /usr/bin/python3 tests/bench/sim_cache.py DUMP --json RUN.json [--pack PACK]
-      [--batch 64] [--sizes 10,25,50,75] [--slots N,...] [--policies ...]
+  /usr/bin/python3 tests/bench/sim_cache.py [LABEL=]DUMP... --json RUN.json...
+      [--pack PACK] [--batch 64] [--sizes 2,3,5,10,25,50,75] [--slots [LABEL=]N,...]
+      [--policies lru,lfu,...]
+
+--sizes are % of all experts; --slots adds sizes in slots (e.g. the planner's
+expert_slots from `k3run --json` at a budget). About 5 minutes per trace for the
+default policies and sizes on the 2-core VM (medium, 342 positions).
 
 Prints Markdown tables (docs/PERFORMANCE.md, "Expert cache: eviction policy").
 """
@@ -141,7 +150,7 @@ class Cache:
     def _touch(self, s, key, r, j, w):
         self.tick += 1
         self.last[s] = self.tick
-        self.count[key] += w
+        self.count[key] += 1.0 if self.arg == 0 and self.policy == "lfu" else w
         if self.policy in ("lfu-age", "ldist-age"):
             self.kval[key] = self._aged(key) + w
             self.ktime[key] = self.now
@@ -422,7 +431,7 @@ def main():
         for item in filter(None, a.slots.split(",")):
             lab, _, n = item.rpartition("=")
             sizes.append((lab or n + " slots", int(n)))
-        hdr = "| policy | " + " | ".join("%s (%d slots)" % (l, n) for l, n in sizes) + " |"
+        hdr = "| policy | " + " | ".join(l if l.endswith(" slots") else "%s (%d slots)" % (l, n) for l, n in sizes) + " |"
         table = {}
         for p in policies:
             row = []
