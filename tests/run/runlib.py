@@ -58,6 +58,16 @@ def k3run(args, env=None, check=True, stdin=None):
     return run([os.path.join(BIN, "k3run")] + args, env=env, check=check, stdin=stdin)
 
 
+def minimum_budget(pack):
+    """The planner's minimum budget for PACK, in bytes, from k3run's own refusal of 1M
+    (exit 2, the message states the minimum)."""
+    import re
+    p = k3run(["-m", pack, "-p", "x", "--budget", "1M"], check=False)
+    m = re.search(rb"minimum of [0-9.]+ GiB \((\d+) bytes", p.stderr)
+    assert p.returncode == 2 and m, p.stderr
+    return int(m.group(1))
+
+
 def k3ref(args):
     return run([PY, os.path.join(REF, "k3ref.py")] + args)
 

@@ -36,7 +36,7 @@ import shutil
 import subprocess
 import unittest
 
-from runlib import BIN, CANON_PROMPT, TMP, k3run, make_pack
+from runlib import BIN, CANON_PROMPT, TMP, k3run, make_pack, minimum_budget
 
 LIB = os.environ.get("K3_ALLOC_LIB", os.path.join(BIN, "..", "lib", "k3_alloc_count.so"))
 WORK = os.path.join(TMP, "k3run-alloc")
@@ -44,11 +44,6 @@ NS = (0, 1, 2, 24)                   # generated tokens; the tiny pack does not 
 IGNORED = ("pid", "alloc_bytes")     # not calls
 
 
-def minimum(pk):
-    p = k3run(["-m", pk, "-p", "x", "--budget", "1M"], check=False)
-    m = re.search(rb"minimum of [0-9.]+ GiB \((\d+) bytes", p.stderr)
-    assert p.returncode == 2 and m, p.stderr
-    return int(m.group(1))
 
 
 def counted(args, tag, trace=None):
@@ -135,7 +130,7 @@ class TestNoAllocInTokenLoop(unittest.TestCase):
             raise AssertionError("the preload %s is not built (target k3_alloc_count)" % LIB)
         os.makedirs(WORK, exist_ok=True)
         cls.ck, cls.pk = make_pack("tiny", 29)
-        cls.min = minimum(cls.pk)
+        cls.min = minimum_budget(cls.pk)
 
     def check_flat(self, extra, tag):
         """counts identical at every N in NS for k3run -m tiny -p CANON_PROMPT EXTRA"""

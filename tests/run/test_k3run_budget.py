@@ -6,27 +6,21 @@ mid-generation named; and, where cgroups (v1) can be created, the run fits
 a cgroup memory limit equal to the budget."""
 
 import os
-import re
 import subprocess
 import unittest
 
-from runlib import BIN, CANON_PROMPT, TMP, k3run, make_pack
+from runlib import BIN, CANON_PROMPT, TMP, k3run, make_pack, minimum_budget
 
 N = 8
 
 
-def minimum(pk):
-    p = k3run(["-m", pk, "-p", "x", "--budget", "1M"], check=False)
-    m = re.search(rb"minimum of [0-9.]+ GiB \((\d+) bytes", p.stderr)
-    assert p.returncode == 2 and m, p.stderr
-    return int(m.group(1))
 
 
 class TestBudget(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.ck, cls.pk = make_pack("small", 29)
-        cls.min = minimum(cls.pk)
+        cls.min = minimum_budget(cls.pk)
         experts = sum(os.path.getsize(os.path.join(cls.pk, f)) for f in os.listdir(cls.pk) if f.startswith("experts"))
         import json
         with open(os.path.join(cls.pk, "manifest.json")) as f:

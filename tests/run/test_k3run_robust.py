@@ -26,7 +26,7 @@ import sys
 import time
 import unittest
 
-from runlib import BIN, CANON_PROMPT, REF, TMP, k3run, load_dump, make_pack
+from runlib import BIN, CANON_PROMPT, REF, TMP, k3run, load_dump, make_pack, minimum_budget
 
 sys.path.insert(0, REF)
 from kimi_tokenizer import Tokenizer      # noqa: E402
@@ -34,13 +34,6 @@ from kimi_tokenizer import Tokenizer      # noqa: E402
 K3RUN = os.path.join(BIN, "k3run")
 
 
-def min_budget(pk):
-    """The planner's minimum, from k3run's own refusal of 1M (exit 2, the minimum in bytes)."""
-    import re
-    p = k3run(["-m", pk, "-p", "x", "--budget", "1M"], check=False)
-    m = re.search(rb"minimum of [0-9.]+ GiB \((\d+) bytes", p.stderr)
-    assert p.returncode == 2 and m, p.stderr
-    return int(m.group(1))
 
 
 class TestPrompts(unittest.TestCase):
@@ -216,7 +209,7 @@ class TestShardsChangingUnderK3run(unittest.TestCase):
         cls.ck, cls.pk = make_pack("tiny", 29)
         cls.work = os.path.join(TMP, "k3run-robust")
         os.makedirs(cls.work, exist_ok=True)
-        cls.min = min_budget(cls.pk)
+        cls.min = minimum_budget(cls.pk)
         with open(os.path.join(cls.pk, "manifest.json")) as f:
             cls.mf = json.load(f)
         cls.args = ["-p", CANON_PROMPT, "-n", str(cls.N), "-t", "1", "-q"]
