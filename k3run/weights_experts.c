@@ -224,7 +224,7 @@ static void drain(k3_weights *w)
  *                  (layer, expert), also after eviction), the least recently used among equals;
  *   K3_EVICT_LRU   the least recently used.
  * Measured on medium's routing (tests/bench/sim_cache.py, docs/PERFORMANCE.md): at a quarter of
- * the pack LFU hits 36 % of decode requests against LRU's 21 % (Belady's optimum 56 %), and
+ * the pack LFU hits 31.5 % of decode requests against LRU's 21 % (Belady's optimum 56 %), and
  * unlike LRU it keeps hitting when the cache is smaller than one token's experts, where LRU
  * evicts, layer after layer, exactly what the next token will ask for.
  */
