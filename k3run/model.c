@@ -319,7 +319,7 @@ static int alloc_buffers(k3_model *m)
         m->uniq = balloc(m, nu, 4, &fail);
         m->tok_of = balloc(m, nk, 4, &fail); m->slot_of = balloc(m, nk, 4, &fail);
         m->ex = balloc(m, nu, sizeof(k3_expert), &fail);
-        m->seen = balloc(m, z->E, 1, &fail);
+        m->seen = balloc(m, z->E, 4, &fail);
     }
     m->logits = balloc(m, (o->all_logits ? B : 1) * (uint64_t)z->V, 4, &fail);
     return fail;
@@ -465,6 +465,7 @@ k3_err k3_model_forward(k3_model *m, const int32_t *ids, uint32_t T, k3_diag *d)
     norm_rows(m, k3w_get(m->w, -1, K3W_FINAL_NORM), fin + first * D, n, z->D, eps, m->x);
     k3_lin(m, k3w_get(m->w, -1, K3W_LM_HEAD), m->x, n, m->logits);
     dump(m, "logits", -1, n, z->V, m->logits, NULL);
+    k3w_pass_end(m->w);
     m->n_logits = n;
     m->pos += T;
     return K3_OK;

@@ -93,14 +93,14 @@ k3_err k3_moe(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3
     }
     /* the batch's experts, ascending, acquired together */
     uint32_t nu = 0;
-    memset(m->seen, 0, E);
-    for (uint32_t i = 0; i < T * k; i++) m->seen[m->idx[i]] = 1;
+    memset(m->seen, 0, E * sizeof *m->seen);
+    for (uint32_t i = 0; i < T * k; i++) m->seen[m->idx[i]]++;
     for (uint32_t e = 0; e < E; e++) if (m->seen[e]) m->uniq[nu++] = (int32_t)e;
     /* in groups the expert cache can hold at once (all of them when resident) */
     uint32_t cap = k3w_expert_capacity(w);
     for (uint32_t g0 = 0; g0 < nu; g0 += cap) {
         uint32_t gn = nu - g0 < cap ? nu - g0 : cap;
-        k3_err err = k3w_experts_acquire(w, layer, m->uniq + g0, (int)gn, m->ex, d);
+        k3_err err = k3w_experts_acquire(w, layer, m->uniq + g0, m->seen, (int)gn, m->ex, d);
         if (err) return err;
         for (;;) {                        /* cached experts first, the others as their reads land */
             int uj;

@@ -68,7 +68,7 @@ struct k3_model {
     int32_t *uniq;                /* [min(B*k, E)] experts used by the batch */
     int32_t *tok_of, *slot_of;    /* [B*k] token / slot of each gathered row */
     k3_expert *ex;                /* [min(B*k, E)] */
-    uint8_t *seen;                /* [E] */
+    uint32_t *seen;               /* [E] tokens of the batch that chose each expert */
 
     float *logits;                /* [B or 1][V] */
     uint32_t n_logits;            /* rows of logits from the last forward */

@@ -39,18 +39,36 @@ int k3_runstats_init(k3_runstats *r, k3_weights *w, uint32_t cap)
     r->w = w;
     r->cap = cap;
     r->tok = calloc(cap ? cap : 1, sizeof *r->tok);
+    r->n_units = k3w_config(w)->num_hidden_layers + 1;
+    r->unit_prefill = calloc(r->n_units, sizeof *r->unit_prefill);
     k3w_stats(w, &r->last);
     r->t_last = k3_now();
-    return r->tok ? 0 : -1;
+    return r->tok && r->unit_prefill ? 0 : -1;
 }
 
-void k3_runstats_free(k3_runstats *r) { free(r->tok); r->tok = NULL; }
+void k3_runstats_free(k3_runstats *r)
+{
+    free(r->tok);
+    free(r->unit_prefill);
+    r->tok = NULL;
+    r->unit_prefill = NULL;
+}
+
+/* Seconds per generated token in each unit since the prefill: out [n_units]; 0 if no token. */
+static int decode_units(const k3_runstats *r, double *out)
+{
+    if (!r->n) return 0;
+    k3w_unit_seconds(r->w, out);
+    for (uint32_t u = 0; u < r->n_units; u++) out[u] = (out[u] - r->unit_prefill[u]) / r->n;
+    return 1;
+}
 
 void k3_runstats_step(void *ctx, int64_t index)
 {
     k3_runstats *r = ctx;
     k3_step_stat *s = index < 0 ? &r->prefill : (uint64_t)index < r->cap ? &r->tok[index] : NULL;
     if (!s) return;
+    if (index < 0) k3w_unit_seconds(r->w, r->unit_prefill);
     k3_weights_stats now;
     k3w_stats(r->w, &now);
     double t = k3_now();
@@ -96,6 +114,20 @@ void k3_runstats_print(const k3_runstats *r, FILE *f)
                 sum.seconds > 0 ? 100.0 * sum.wait_seconds / sum.seconds : 0.0,
                 (sum.seconds - sum.wait_seconds) / n);
     }
+    double *us = malloc(r->n_units * sizeof *us);     /* [n_units] */
+    if (us && r->n_units > 1 && decode_units(r, us)) {
+        uint32_t lo = 0, hi = 0, L = r->n_units - 1;
+        double mean = 0;
+        for (uint32_t u = 0; u < L; u++) {
+            mean += us[u] / L;
+            if (us[u] < us[lo]) lo = u;
+            if (us[u] > us[hi]) hi = u;
+        }
+        fprintf(f, "k3run: per generated token by layer: mean %.1f ms, fastest layer %u %.1f ms, slowest "
+                "layer %u %.1f ms; the head %.1f ms\n", mean * 1e3, lo, us[lo] * 1e3, hi, us[hi] * 1e3,
+                us[L] * 1e3);
+    }
+    free(us);
 }
 
 static json_t *step_json(const k3_step_stat *s)
@@ -119,5 +151,12 @@ json_t *k3_runstats_json(const k3_runstats *r)
     json_object_set_new(o, "prefill", step_json(&r->prefill));
     for (uint32_t i = 0; i < r->n; i++) json_array_append_new(a, step_json(&r->tok[i]));
     json_object_set_new(o, "tokens", a);
+    double *us = malloc(r->n_units * sizeof *us);     /* [n_units] */
+    if (us && decode_units(r, us)) {
+        json_t *ua = json_array();
+        for (uint32_t u = 0; u < r->n_units; u++) json_array_append_new(ua, json_real(us[u]));
+        json_object_set_new(o, "decode_unit_seconds", ua);
+    }
+    free(us);
     return o;
 }

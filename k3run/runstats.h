@@ -29,6 +29,8 @@ typedef struct k3_runstats {
     k3_step_stat *tok;        /* [cap] one per generated token */
     double t_last;
     k3_weights_stats last;
+    uint32_t n_units;         /* layers + the head */
+    double *unit_prefill;     /* [n_units] k3w_unit_seconds at the end of the prefill */
 } k3_runstats;
 
 /* cap: most tokens recorded (the -n). NULL tok buffer -> K3 error by the caller. */
@@ -39,7 +41,8 @@ void k3_runstats_step(void *r, int64_t index);
 /* VmRSS and VmHWM of this process (bytes, 0 if unknown); no allocation. */
 void k3_mem_now(uint64_t *rss, uint64_t *hwm);
 
-/* The per-token table and a summary, as text (stderr) or JSON ("prefill", "tokens", "summary"). */
+/* The per-token table and a summary, as text (stderr) or JSON ("prefill", "tokens", and
+   "decode_unit_seconds": each layer's and the head's seconds per generated token). */
 void k3_runstats_print(const k3_runstats *r, FILE *f);
 json_t *k3_runstats_json(const k3_runstats *r);
 

@@ -206,6 +206,7 @@ static k3_err build_units(k3_weights *w, k3_diag *d)
     k3_manifest *m = &w->mf;
     uint32_t nu = w->n_layers + 1;
     w->units = calloc(nu, sizeof *w->units);
+    w->cur_unit = -1;
     int *unit_of = malloc((m->n_tensors ? m->n_tensors : 1) * sizeof *unit_of);
     if (!w->units || !unit_of) { free(unit_of); return k3_fail(d, K3_ERR_NOMEM, "out of memory"); }
     for (uint32_t i = 0; i < m->n_tensors; i++) {
@@ -378,12 +379,26 @@ static k3_err settle(k3_weights *w, int b, int report, k3_diag *d)
     return report ? e : K3_OK;
 }
 
+void k3w_pass_end(k3_weights *w)
+{
+    if (w->cur_unit >= 0) w->units[w->cur_unit].seconds += k3_now() - w->unit_t0;
+    w->cur_unit = -1;
+}
+
+void k3w_unit_seconds(const k3_weights *w, double *out)
+{
+    for (uint32_t u = 0; u <= w->n_layers; u++) out[u] = w->units[u].seconds;
+}
+
 k3_err k3w_layer_begin(k3_weights *w, int layer, k3_diag *d)
 {
     if (layer < -1 || layer >= (int)w->n_layers) return k3_fail(d, K3_ERR_INTERNAL, "no layer %d", layer);
     int u = layer < 0 ? (int)w->n_layers : layer, nu = (int)w->n_layers + 1;
-    if (!w->units[u].streamed) return K3_OK;
     double t0 = k3_now();
+    k3w_pass_end(w);
+    w->cur_unit = u;
+    w->unit_t0 = t0;
+    if (!w->units[u].streamed) return K3_OK;
     int b = w->sb[0].unit == u ? 0 : w->sb[1].unit == u ? 1 : -1;
     if (b < 0) {                                       /* not prefetched (first pass, or out of order) */
         b = w->cur_buf == 0 ? 1 : 0;

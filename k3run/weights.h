@@ -103,6 +103,11 @@ uint32_t k3w_expert_capacity(const k3_weights *w);
    available (waiting for a streamed unit's read, or reading it now) and starts reading the next
    streamed unit. Fails naming the tensor, shard and offset when a read or its hash fails. */
 k3_err k3w_layer_begin(k3_weights *w, int layer, k3_diag *d);
+/* The forward pass ended (after the head): closes the head's time. */
+void k3w_pass_end(k3_weights *w);
+/* Wall seconds spent in each unit so far, from its k3w_layer_begin to the next begin or
+   k3w_pass_end (reads waited for included): out [n_layers + 1], the head last. */
+void k3w_unit_seconds(const k3_weights *w, double *out);
 
 /* A layer's tensor (layer -1: model level), or NULL when the model has none. */
 const k3_tensor *k3w_get(k3_weights *w, int layer, k3_wid id);
@@ -119,10 +124,12 @@ k3_err k3w_expert_shape(k3_weights *w, int layer, k3_expert *out, k3_diag *d);
  * out[j] are their matrices, usable once k3w_experts_next has handed out j,
  * until k3w_experts_release. Missing ones are read together, in parallel, by
  * the reader threads and hash-checked; k3w_experts_next hands out the cached
- * ones first, so compute starts while the others are read.
+ * ones first, so compute starts while the others are read. tokens (NULL: 1
+ * each) is indexed by expert id: how many tokens of the batch chose each one;
+ * the cache's eviction counts them.
  */
-k3_err k3w_experts_acquire(k3_weights *w, int layer, const int32_t *ids, int n, k3_expert *out,
-                           k3_diag *d);
+k3_err k3w_experts_acquire(k3_weights *w, int layer, const int32_t *ids, const uint32_t *tokens, int n,
+                           k3_expert *out, k3_diag *d);
 /* The next expert of the acquire that is ready (*j its index in ids), waiting for its read if
    needed; *j = -1 when all were handed out. The order never changes what is computed. */
 k3_err k3w_experts_next(k3_weights *w, int *j, k3_diag *d);

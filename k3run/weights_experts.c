@@ -23,23 +23,6 @@
 #include "k3_hash.h"
 #include "k3_sys.h"
 
-static void *aligned_zalloc(uint64_t n)
-{
-    if (n > SIZE_MAX - 64) return NULL;
-    void *p = NULL;
-    size_t sz = (size_t)((n + 63) & ~(uint64_t)63);
-    if (sz == 0) sz = 64;
-    if (posix_memalign(&p, 64, sz)) return NULL;
-    memset(p, 0, sz);
-    return p;
-}
-
-/* Record e of el (record_size bytes at rec) matches its manifest hash. */
-static int record_ok(const expert_layer *el, uint64_t e, const uint8_t *rec)
-{
-    return k3_xxh3_64(rec, (size_t)el->record_size) == el->hashes[e];
-}
-
 /* The one message for a record that cannot be used: shard, layer, expert, offset, why. */
 static k3_err record_fail(const expert_layer *el, uint32_t layer, uint64_t e, int bad_hash, const char *why,
                           k3_diag *d)
@@ -49,9 +32,66 @@ static k3_err record_fail(const expert_layer *el, uint32_t layer, uint64_t e, in
                    el->path, layer, e, el->offset + e * el->stride, why);
 }
 
+/*
+ * Resident: every record of every layer read by the reader threads (O_DIRECT where the shard
+ * allows, in parallel, a deep queue for the disk) and hash-checked there, as the cache reads a
+ * miss. The shards are closed once all is in memory.
+ */
+static k3_err load_resident(k3_weights *w, uint64_t n_records, k3_progress *pg, k3_diag *d)
+{
+    k3io_job *jobs = calloc(n_records ? n_records : 1, sizeof *jobs);     /* [n_records] */
+    k3io_job **q = malloc(4096 * sizeof *q);                              /* [4096] a batch to submit */
+    if (!jobs || !q) { free(jobs); free(q); return k3_fail(d, K3_ERR_NOMEM, "out of memory"); }
+    uint64_t n = 0;
+    int nq = 0;
+    for (uint32_t l = 0; l < w->n_layers; l++) {
+        expert_layer *el = &w->experts[l];
+        for (uint64_t r = 0; el->data && r < el->count; r++, n++) {
+            k3io_job *j = &jobs[n];
+            j->fd = el->fd;
+            j->fd_direct = el->fd_direct;
+            j->off = el->offset + r * el->stride;
+            j->size = el->record_size;
+            j->span = el->stride;
+            j->dst = el->data + r * el->stride;
+            j->verify = w->o.verify_reads;
+            j->hash = el->hashes[r];
+            q[nq++] = j;
+            if (nq == 4096) { k3io_submit(w->io, q, nq); nq = 0; }
+        }
+    }
+    if (nq) k3io_submit(w->io, q, nq);
+    free(q);
+    k3_err e = K3_OK;
+    n = 0;
+    for (uint32_t l = 0; l < w->n_layers; l++) {       /* wait for every job, even after a failure */
+        expert_layer *el = &w->experts[l];
+        for (uint64_t r = 0; el->data && r < el->count; r++, n++) {
+            k3io_job *j = &jobs[n];
+            if (k3io_wait(w->io, j)) {
+                if (!e) e = record_fail(el, l, r, j->bad_hash, j->why, d);
+                continue;
+            }
+            w->bytes_read += j->size;
+            w->st.expert_bytes_read += j->size;
+            w->st.read_seconds += j->seconds;
+            w->st.hash_seconds += j->hash_seconds;
+            if (pg) k3_progress_update(pg, w->bytes_read, NULL);
+        }
+        if (el->data) {
+            if (el->fd >= 0) close(el->fd);
+            if (el->fd_direct >= 0) close(el->fd_direct);
+            el->fd = el->fd_direct = -1;
+        }
+    }
+    free(jobs);
+    return e;
+}
+
 k3_err k3w_load_experts(k3_weights *w, k3_progress *pg, k3_diag *d)
 {
     k3_manifest *m = &w->mf;
+    uint64_t n_records = 0;
     w->experts = calloc(w->n_layers, sizeof *w->experts);
     if (!w->experts) return k3_fail(d, K3_ERR_NOMEM, "out of memory");
     for (uint32_t l = 0; l < w->n_layers; l++) w->experts[l].fd = w->experts[l].fd_direct = -1;
@@ -99,31 +139,29 @@ k3_err k3w_load_experts(k3_weights *w, k3_progress *pg, k3_diag *d)
             el->path = strdup(path);
             if (!el->path) e = k3_fail(d, K3_ERR_NOMEM, "out of memory");
         }
-        if (!e && w->o.expert_slots) {          /* cache mode: keep the shard open, read on demand */
+        if (!e) {                               /* keep the shard open: cache misses, or the load below */
             el->fd = fd;
             fd = -1;
             if (me->offset % 4096 == 0 && me->stride % 4096 == 0)
                 el->fd_direct = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
+        }
+        if (!e && w->o.expert_slots) {          /* cache mode: read on demand */
             el->slot = malloc(me->count * sizeof *el->slot);
             el->uses = calloc(me->count, sizeof *el->uses);
             if (!el->slot || !el->uses) e = k3_fail(d, K3_ERR_NOMEM, "out of memory");
             for (uint64_t r = 0; !e && r < me->count; r++) el->slot[r] = -1;
             if (me->stride > w->slot_bytes) w->slot_bytes = me->stride;
-        } else if (!e) {                        /* resident: every record now, checked as read */
-            el->data = aligned_zalloc(me->count * me->stride);
-            if (!el->data) e = k3_fail(d, K3_ERR_NOMEM, "out of memory for the experts of layer %u", me->layer);
-            uint64_t before = w->bytes_read;
-            if (!e) e = k3w_read_span(w, fd, path, el->data, me->count * me->stride, me->offset, pg, d);
-            w->st.expert_bytes_read += w->bytes_read - before;
-            for (uint64_t r = 0; !e && w->o.verify_reads && r < me->count; r++)
-                if (!record_ok(el, r, el->data + r * me->stride))
-                    e = record_fail(el, me->layer, r, 1, RECORD_HASH_MISMATCH, d);
+        } else if (!e) {                        /* resident: every record, read below */
+            if (me->count > (SIZE_MAX - 4096) / me->stride ||
+                posix_memalign((void **)&el->data, 4096, (size_t)(me->count * me->stride)))
+                e = k3_fail(d, K3_ERR_NOMEM, "out of memory for the experts of layer %u", me->layer);
+            n_records += me->count;
         }
         k3_shard_header_free(&h);
         if (fd >= 0) close(fd);
         if (e) return e;
     }
-    return K3_OK;
+    return w->o.expert_slots ? K3_OK : load_resident(w, n_records, pg, d);
 }
 
 k3_err k3w_cache_init(k3_weights *w, k3_diag *d)
@@ -245,7 +283,8 @@ static int32_t victim(k3_weights *w)
     return v;
 }
 
-k3_err k3w_experts_acquire(k3_weights *w, int layer, const int32_t *ids, int n, k3_expert *out, k3_diag *d)
+k3_err k3w_experts_acquire(k3_weights *w, int layer, const int32_t *ids, const uint32_t *tokens, int n,
+                           k3_expert *out, k3_diag *d)
 {
     if (layer < 0 || layer >= (int)w->n_layers || !w->experts[layer].count)
         return k3_fail(d, K3_ERR_MODEL, "layer %d has no routed experts in the pack", layer);
@@ -266,7 +305,7 @@ k3_err k3w_experts_acquire(k3_weights *w, int layer, const int32_t *ids, int n, 
         return k3_fail(d, K3_ERR_INTERNAL, "%d experts asked at once, the cache has %" PRIu64 " slots", n, w->n_slots);
     drain(w);
     memset(w->slot_pin, 0, w->n_slots * sizeof *w->slot_pin);
-    for (int j = 0; j < n; j++) el->uses[ids[j]]++;
+    for (int j = 0; j < n; j++) el->uses[ids[j]] += tokens ? tokens[ids[j]] : 1;   /* LFU: tokens served */
     int nh = 0;
     for (int j = 0; j < n; j++) {                      /* hits first: pin them so no miss evicts them */
         int32_t s = el->slot[ids[j]];

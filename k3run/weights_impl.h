@@ -15,12 +15,11 @@
 enum { K3_EVICT_LRU, K3_EVICT_LFU };
 #define K3_EVICT_DEFAULT K3_EVICT_LFU
 
-#define RECORD_HASH_MISMATCH "XXH3-64 does not match the manifest: the pack is damaged, run k3verify"
 
 typedef struct expert_layer {
     uint8_t *data;            /* resident mode: [count][stride] records as in the shard, 64-byte aligned */
     int32_t *slot;            /* cache mode: [count] slot holding expert e, -1 if none */
-    uint64_t *uses;           /* cache mode: [count] times expert e was asked for (LFU) */
+    uint64_t *uses;           /* cache mode: [count] tokens that used expert e (LFU) */
     int fd, fd_direct;        /* cache mode: the shard (fd_direct: O_DIRECT, or -1) */
     char *path;
     uint64_t offset, record_size;
@@ -38,6 +37,7 @@ typedef struct trunk_unit {
     uint64_t *pos;            /* [n] where each tensor starts in the unit's memory (4 KiB-aligned) */
     uint64_t bytes;           /* the unit's memory: sum of k3_unit_span */
     int streamed;
+    double seconds;           /* wall time the model spent in this unit (k3w_layer_begin to the next) */
     uint8_t *mem;             /* resident: owned [bytes], 4 KiB-aligned; streamed: the buffer it is in, or NULL */
 } trunk_unit;
 
@@ -63,6 +63,8 @@ struct k3_weights {
     trunk_unit *units;        /* [n_layers + 1] */
     stream_buf sb[2];
     int cur_buf;              /* the buffer the model is using, -1 none */
+    int cur_unit;             /* the unit the model is in (timing), -1 between passes */
+    double unit_t0;           /* when it entered it */
     const k3_tensor *(*idx)[K3W__COUNT];   /* [n_layers + 1]: row 0 = model level */
     /* the embedding table, read one row at a time */
     int embed_fd;             /* a trunk shard's (owned by shard_fd) */

@@ -182,6 +182,9 @@ print("pack %.2f GB, %s threads, %d prompt + %d generated tokens (greedy); memor
       "other processes' share of the %d CPUs during each run (0 %% = the machine was ours): %s" % (
           gb(packbytes), threads, runs[0]["r"]["prompt_tokens"], runs[0]["r"]["generated_tokens"], mem_bw, disk1,
           os.cpu_count(), ", ".join("%s %d %%" % (x["b"], x["others"]) for x in runs)))
+print("XXH3-64 checks, as a share of the reader threads' time (read + check, load included; aim < 5 %%): %s" % (
+    ", ".join("%s %.1f %% of %.1f s" % (x["b"], 100.0 * x["r"]["hash_seconds"] / x["r"]["read_seconds"],
+                                       x["r"]["read_seconds"]) for x in runs if x["r"].get("read_seconds"))))
 same = len({tuple(x["r"]["generated_ids"]) for x in runs}) == 1
 print("the same generated ids at every budget: %s" % ("yes" if same else "NO (a bug: the budget must not change the text)"))
 PYEOF

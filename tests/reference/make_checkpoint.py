@@ -114,6 +114,13 @@ PRESETS = {
                             v_head_dim=64, attn_res_block_size=6, max_position_embeddings=65536,
                             kda_heads=16, kda_head_dim=128),
                    shards=12, vision_hidden=64, router="continuous"),
+    # benchmarks only: real K3 shapes (every dimension of the fixture, the vocabulary padded to
+    # 163840 like K3's), cut to 4 layers (0: KDA + dense FFN, 1-2: KDA + MoE, 3: MLA + MoE) and 16
+    # experts, all of which fire: a token computes what a K3 token computes in these layers.
+    # About 9 GB (tests/bench/bench_k3_compute.sh).
+    "k3slice": dict(cfg=dict(num_hidden_layers=4, num_experts=16, vocab_size=163840,
+                             kda_heads=96, kda_head_dim=128),
+                    shards=8, vision_hidden=64, router="continuous"),
 }
 
 # Generator knobs (see README "Presets" / "Routing margins" for how they were chosen).
@@ -135,6 +142,7 @@ def make_text_config(preset, tok):
     o = dict(PRESETS[preset]["cfg"])
     tc = copy.deepcopy(K3_TEXT_CONFIG)
     kda_heads, kda_dim = o.pop("kda_heads"), o.pop("kda_head_dim")
+    vocab_pad = o.pop("vocab_size", 0)           # a padded vocabulary, as K3's (163840)
     for k, v in o.items():
         assert k in tc, k
         tc[k] = v
@@ -142,7 +150,7 @@ def make_text_config(preset, tok):
     lac = tc["linear_attn_config"]
     lac["full_attn_layers"], lac["kda_layers"] = full, kda
     lac["num_heads"], lac["head_dim"] = kda_heads, kda_dim
-    tc["vocab_size"] = tok["vocab_size"]
+    tc["vocab_size"] = max(tok["vocab_size"], vocab_pad)
     for k in ("bos_token_id", "eos_token_id", "pad_token_id"):
         tc[k] = tok[k]
     return tc
