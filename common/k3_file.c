@@ -32,9 +32,10 @@ k3_err k3_pread_full(int fd, void *buf, size_t len, uint64_t off, const char *pa
             return k3_fail(d, K3_ERR_IO, "cannot read '%s' at offset %llu: %s", path,
                            (unsigned long long)(off + done), strerror(errno));
         }
-        if (r == 0)
-            return k3_fail(d, K3_ERR_FORMAT, "'%s' is truncated: needed %zu bytes at offset %llu, got %zu",
-                           path, len, (unsigned long long)off, done);
+        if (r == 0)      /* the caller checked the size first: the file shrank since */
+            return k3_fail(d, K3_ERR_IO, "'%s' ended early while being read (needed %zu bytes at offset %llu, "
+                           "got %zu): truncated or replaced since it was opened", path, len,
+                           (unsigned long long)off, done);
         done += (size_t)r;
     }
     return K3_OK;

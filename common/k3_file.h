@@ -25,7 +25,12 @@
  */
 int k3_open_read(const char *path);
 
-/* Read exactly len bytes at off; a short file is K3_ERR_FORMAT ("truncated"). */
+/*
+ * Read exactly len bytes at off. Callers check the file's size first (fstat,
+ * a header checked against it), so a file that ends early changed under the
+ * reader (truncated or replaced while open): K3_ERR_IO, exit 3, naming path.
+ * A file that is short at open time is the caller's K3_ERR_FORMAT.
+ */
 k3_err k3_pread_full(int fd, void *buf, size_t len, uint64_t off, const char *path, k3_diag *d);
 k3_err k3_pwrite_full(int fd, const void *buf, size_t len, uint64_t off, const char *path, k3_diag *d);
 k3_err k3_write_full(int fd, const void *buf, size_t len, const char *path, k3_diag *d);

@@ -56,8 +56,12 @@ static const char *what_at(const parser *p, size_t off, char *buf, size_t cap)
 static int new_tok(parser *p, k3j_type type, size_t off, uint32_t *idx)
 {
     k3j_doc *d = p->doc;
+    if (d->n == K3J_MAX_VALUES)
+        return fail(p, K3J_E_RANGE, off, "more than %u JSON values (the cap on what one document may cost)",
+                    K3J_MAX_VALUES);
     if (d->n == p->cap) {
         size_t cap = p->cap ? p->cap * 2 : 64 + p->len / 16;
+        if (cap > K3J_MAX_VALUES) cap = K3J_MAX_VALUES;
         k3j_tok *t = realloc(d->t, cap * sizeof *t);
         if (!t) return fail(p, K3J_E_NOMEM, off, "out of memory for %zu JSON values", cap);
         d->t = t;

@@ -29,6 +29,10 @@
 
 #define K3J_MAX_DEPTH 2048
 #define K3J_MAX_LEN 0x7fffffffu         /* documents up to 2 GiB - 1 */
+/* Values (tokens) one document may hold: what a parse may cost is capped at this times
+   sizeof(k3j_tok) (24 B: 96 MiB) plus the decoded strings (at most the document's length).
+   K3's largest document, the index.json of 0.5 M tensors, holds about 1 M. */
+#define K3J_MAX_VALUES (1u << 22)
 
 typedef enum k3j_type {
     K3J_NULL, K3J_FALSE, K3J_TRUE, K3J_INT, K3J_REAL, K3J_STR, K3J_ARR, K3J_OBJ

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "k3_checked.h"
 #include "k3_file.h"
 #include "k3_log.h"
 
@@ -130,6 +131,8 @@ k3_err k3_manifest_dump(const k3_manifest *m, char **text, size_t *len, k3_diag 
         json_array_append_new(skipped, o);
     }
     json_object_set_new(root, "skipped", skipped);
+    /* last: the self-checksum, its digits filled in by k3_manifest_seal */
+    json_object_set_new(root, K3_MANIFEST_SUM_KEY, json_string("0000000000000000"));
 
     char *s = json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
     json_decref(root);
@@ -141,8 +144,106 @@ k3_err k3_manifest_dump(const k3_manifest *m, char **text, size_t *len, k3_diag 
     out[n] = '\n';
     out[n + 1] = '\0';
     free(s);
+    if (k3_manifest_seal(out, n + 1)) {
+        free(out);
+        return k3_fail(d, K3_ERR_INTERNAL, "the serialised manifest does not end with its checksum member");
+    }
     *text = out;
     *len = n + 1;
+    return K3_OK;
+}
+
+/* ------------------------------------------------------------------ self-checksum */
+
+static const char sum_member[] = "\"" K3_MANIFEST_SUM_KEY "\": \"";   /* precedes the 16 digits */
+static const char sum_end[] = "\"\n}\n";                              /* follows them */
+
+/* Offset of the 16 digits if text ends with the checksum member, else -1. */
+static long sum_digits_at(const char *text, size_t len)
+{
+    size_t mlen = sizeof sum_member - 1;
+    if (len < mlen + K3_MANIFEST_SUM_TAIL) return -1;
+    size_t at = len - K3_MANIFEST_SUM_TAIL;
+    if (memcmp(text + at + 16, sum_end, 4) || memcmp(text + at - mlen, sum_member, mlen)) return -1;
+    for (size_t i = 0; i < 16; i++) {
+        char c = text[at + i];
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return -1;
+    }
+    return (long)at;
+}
+
+int k3_manifest_seal(char *text, size_t len)
+{
+    long at = sum_digits_at(text, len);
+    if (at < 0) return -1;
+    char hex[17];
+    k3_hex64(k3_xxh3_64(text, (size_t)at), hex);
+    memcpy(text + at, hex, 16);
+    return 0;
+}
+
+/* The manifest's format_version if text is JSON with an integer one, else -1. */
+static long long peek_version(const char *text, size_t len)
+{
+    json_error_t je;
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    json_t *v = json_object_get(root, "format_version");
+    long long r = json_is_integer(v) ? (long long)json_integer_value(v) : -1;
+    json_decref(root);
+    return r;
+}
+
+static k3_err check_cost(const char *text, size_t len, const char *path, k3_diag *d);
+
+k3_err k3_manifest_check_sum(const char *text, size_t len, const char *path, k3_diag *d)
+{
+    long at = sum_digits_at(text, len);
+    if (at < 0) {
+        k3_err e = check_cost(text, len, path, d);      /* before jansson sees it */
+        if (e) return e;
+        long long v = peek_version(text, len);
+        if (v >= 1 && v < K3_PACK_VERSION)
+            return k3_fail(d, K3_ERR_UNSUPPORTED, "'%s': pack format version %lld is older than this k3 (%d) and "
+                           "its manifest carries no checksum of itself; re-run k3pack to make the pack again",
+                           path, v, K3_PACK_VERSION);
+        return k3_fail(d, K3_ERR_FORMAT, "'%s': does not end with its checksum (\"%s\": \"<16 hex digits>\", "
+                       "then \"}\" and a newline): damaged, or not written by k3pack", path, K3_MANIFEST_SUM_KEY);
+    }
+    uint64_t want, got = k3_xxh3_64(text, (size_t)at);
+    char digits[17], hex[17];
+    memcpy(digits, text + at, 16);
+    digits[16] = '\0';
+    if (k3_parse_hex64(digits, &want))
+        return k3_fail(d, K3_ERR_INTERNAL, "'%s': checksum digits not parsed", path);
+    if (want != got) {
+        k3_hex64(got, hex);
+        return k3_fail(d, K3_ERR_CORRUPT, "'%s': checksum mismatch: its %s is %s, its content hashes to %s; "
+                       "manifest.json is damaged", path, K3_MANIFEST_SUM_KEY, digits, hex);
+    }
+    return K3_OK;
+}
+
+/* What parsing may cost (FORMAT.md 5.2), counted before anything is allocated. */
+static k3_err check_cost(const char *text, size_t len, const char *path, k3_diag *d)
+{
+    if (len > K3_MANIFEST_MAX)
+        return k3_fail(d, K3_ERR_FORMAT, "'%s' is %zu bytes, more than the limit of %u", path, len, K3_MANIFEST_MAX);
+    uint64_t items = 1;
+    int in_str = 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = text[i];
+        if (in_str) {
+            if (c == '\\') i++;
+            else if (c == '"') in_str = 0;
+        } else if (c == '"') {
+            in_str = 1;
+        } else if (c == '{' || c == '[' || c == ',' || c == ':') {
+            items++;
+        }
+    }
+    if (items > K3_MANIFEST_MAX_ITEMS)
+        return k3_fail(d, K3_ERR_FORMAT, "'%s': %llu JSON values and keys, more than the limit of %u", path,
+                       (unsigned long long)items, K3_MANIFEST_MAX_ITEMS);
     return K3_OK;
 }
 
@@ -306,15 +407,55 @@ static int plain_name(const char *s)
     return n > 0 && n <= 255 && s[0] != '.' && !strchr(s, '/');
 }
 
+/* A trunk tensor lies inside its shard, after the fixed header and after the
+   tensor listed before it in the same shard (*end: that one's end). */
+static k3_err check_tensor_range(jctx *c, const k3_manifest *m, const k3_mf_tensor *t, const char *where,
+                                 uint64_t *end)
+{
+    const k3_mf_shard *s = &m->shards[t->shard];
+    if (t->size > s->size || t->offset > s->size - t->size)
+        return JBAD(c, "%s.offset: bytes [%llu, +%llu) end past the end of shard '%s' (%llu bytes)", where,
+                    (unsigned long long)t->offset, (unsigned long long)t->size, s->name, (unsigned long long)s->size);
+    if (t->offset < K3_SHARD_FIXED_SIZE || t->offset < *end)
+        return JBAD(c, "%s.offset: bytes [%llu, +%llu) overlap the shard header or the tensor listed before it "
+                    "in shard '%s' (tensors are listed in offset order)", where, (unsigned long long)t->offset,
+                    (unsigned long long)t->size, s->name);
+    *end = t->offset + t->size;
+    return K3_OK;
+}
+
+/* An expert layer's records lie inside its shard, after the fixed header, and do
+   not overlap each other. Checked before the record hashes are allocated. */
+static k3_err check_records(jctx *c, const k3_manifest *m, const k3_mf_experts *x, const char *where)
+{
+    const k3_mf_shard *s = &m->shards[x->shard];
+    uint64_t body = 0, end = 0;
+    if (x->count > 1 && x->record_size > x->stride)
+        return JBAD(c, "%s.record_size: %llu bytes, more than the stride of %llu: records overlap", where,
+                    (unsigned long long)x->record_size, (unsigned long long)x->stride);
+    if (x->offset < K3_SHARD_FIXED_SIZE)
+        return JBAD(c, "%s.offset: %llu overlaps the shard header", where, (unsigned long long)x->offset);
+    if (x->count && (k3_mul_u64(x->count - 1, x->stride, &body) || k3_add_u64(body, x->record_size, &body) ||
+                     k3_add_u64(body, x->offset, &end) || end > s->size))
+        return JBAD(c, "%s: %llu records of %llu bytes at stride %llu from offset %llu end past the end of shard "
+                    "'%s' (%llu bytes)", where, (unsigned long long)x->count, (unsigned long long)x->record_size,
+                    (unsigned long long)x->stride, (unsigned long long)x->offset, s->name,
+                    (unsigned long long)s->size);
+    return K3_OK;
+}
+
 k3_err k3_manifest_parse(const char *text, size_t len, const char *path, k3_manifest *m, k3_diag *d)
 {
     memset(m, 0, sizeof *m);
     jctx c = {path, d};
+    k3_err e;
+    if ((e = check_cost(text, len, path, d)) || (e = k3_manifest_check_sum(text, len, path, d))) return e;
     json_error_t je;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
     if (!root)
         return k3_fail(d, K3_ERR_FORMAT, "'%s': invalid JSON at line %d, column %d: %s", path, je.line, je.column, je.text);
-    k3_err e = K3_OK;
+    uint64_t *tend = NULL;       /* [n_shards] end of the last tensor listed in each shard */
+    int32_t *xof = NULL;         /* [n_shards] expert_layers index using each shard, -1 none */
     char where[96];
     json_t *arr, *v;
     if (!json_is_object(root)) { e = JBAD(&c, "not a JSON object"); goto out; }
@@ -325,11 +466,19 @@ k3_err k3_manifest_parse(const char *text, size_t len, const char *path, k3_mani
     }
     v = json_object_get(root, "format_version");
     if (!json_is_integer(v)) { e = JBAD(&c, "'format_version' is missing or not an integer"); goto out; }
-    if (json_integer_value(v) != K3_PACK_VERSION) {      /* newer: FORMAT.md section 6 wording */
-        e = k3_fail(d, K3_ERR_UNSUPPORTED, json_integer_value(v) > K3_PACK_VERSION
+    if (json_integer_value(v) != K3_PACK_VERSION) {      /* FORMAT.md section 6 wording */
+        json_int_t fv = json_integer_value(v);
+        e = k3_fail(d, K3_ERR_UNSUPPORTED, fv > K3_PACK_VERSION
                         ? "'%s': pack format version %lld is newer than this k3 (%d); upgrade k3"
-                        : "'%s': pack format version %lld is not supported by this k3 (%d)",
-                    path, (long long)json_integer_value(v), K3_PACK_VERSION);
+                        : fv >= 1 ? "'%s': pack format version %lld is older than this k3 (%d); re-run k3pack to make "
+                                    "the pack again"
+                                  : "'%s': pack format version %lld is not supported by this k3 (%d)",
+                    path, (long long)fv, K3_PACK_VERSION);
+        goto out;
+    }
+    v = json_object_get(root, K3_MANIFEST_SUM_KEY);    /* checked above, byte for byte */
+    if (!json_is_string(v) || strlen(json_string_value(v)) != 16) {
+        e = JBAD(&c, "'%s': expected 16 lowercase hex digits", K3_MANIFEST_SUM_KEY);
         goto out;
     }
     m->format_version = K3_PACK_VERSION;
@@ -415,6 +564,11 @@ k3_err k3_manifest_parse(const char *text, size_t len, const char *path, k3_mani
         }
     }
 
+    tend = calloc(m->n_shards + 1, sizeof *tend);
+    xof = malloc((m->n_shards + 1) * sizeof *xof);
+    if (!tend || !xof) { e = k3_fail(d, K3_ERR_NOMEM, "out of memory"); goto out; }
+    for (uint32_t i = 0; i < m->n_shards; i++) xof[i] = -1;
+
     if ((e = get_array(&c, root, "tensors", &arr, &m->n_tensors))) goto out;
     m->tensors = calloc(m->n_tensors + 1, sizeof *m->tensors);
     if (!m->tensors) { e = k3_fail(d, K3_ERR_NOMEM, "out of memory"); goto out; }
@@ -432,6 +586,7 @@ k3_err k3_manifest_parse(const char *text, size_t len, const char *path, k3_mani
             e = JBAD(&c, "%s.shard: not a trunk shard listed in 'shards'", where);
             goto out;
         }
+        if ((e = check_tensor_range(&c, m, t, where, &tend[t->shard]))) goto out;
     }
 
     if ((e = get_array(&c, root, "expert_layers", &arr, &m->n_expert_layers))) goto out;
@@ -452,6 +607,13 @@ k3_err k3_manifest_parse(const char *text, size_t len, const char *path, k3_mani
             e = JBAD(&c, "%s.shard: not an expert shard listed in 'shards'", where);
             goto out;
         }
+        if (xof[x->shard] >= 0) {
+            e = JBAD(&c, "%s.shard: '%s' already holds expert_layers[%d]", where, m->shards[x->shard].name,
+                     xof[x->shard]);
+            goto out;
+        }
+        xof[x->shard] = (int32_t)i;
+        if ((e = check_records(&c, m, x, where))) goto out;
         json_t *parts = json_object_get(o, "parts");
         if (!json_is_array(parts) || json_array_size(parts) == 0 || json_array_size(parts) > K3_MAX_RECORD_PARTS) {
             e = JBAD(&c, "%s.parts: expected 1 to %d parts", where, K3_MAX_RECORD_PARTS);
@@ -468,6 +630,14 @@ k3_err k3_manifest_parse(const char *text, size_t len, const char *path, k3_mani
                 (e = get_shape(&c, po, pw, &pt->ndim, pt->shape)) || (e = get_u64(&c, po, "offset", pw, &pt->offset)) ||
                 (e = get_u64(&c, po, "size", pw, &pt->size)) ||
                 (e = check_size(&c, pw, pt->encoding, pt->ndim, pt->shape, pt->size))) goto out;
+            /* FORMAT.md 2.2: parts in offset order, not overlapping, inside the record */
+            uint64_t prev_end = p ? x->parts[p - 1].offset + x->parts[p - 1].size : 0;
+            if (pt->offset < prev_end || pt->size > x->record_size || pt->offset > x->record_size - pt->size) {
+                e = JBAD(&c, "%s: bytes [%llu, +%llu) of the record overlap the part before or end past its "
+                         "record_size %llu", pw, (unsigned long long)pt->offset, (unsigned long long)pt->size,
+                         (unsigned long long)x->record_size);
+                goto out;
+            }
         }
         json_t *hs = json_object_get(o, "xxh3_64");
         if (!json_is_array(hs) || json_array_size(hs) != x->count) {
@@ -495,6 +665,8 @@ k3_err k3_manifest_parse(const char *text, size_t len, const char *path, k3_mani
             (e = get_str(&c, o, "reason", where, &m->skipped[i].reason))) goto out;
     }
 out:
+    free(tend);
+    free(xof);
     json_decref(root);
     if (e) k3_manifest_free(m);
     return e;

@@ -14,8 +14,24 @@
 #include "k3_shard.h"
 
 #define K3_MANIFEST_NAME "manifest.json"
-#define K3_MANIFEST_MAX (1u << 30)     /* refuse larger manifests */
 #define K3_MAX_RECORD_PARTS 8
+
+/*
+ * What one manifest may cost (FORMAT.md 5.2), checked before jansson allocates
+ * anything: at most K3_MANIFEST_MAX bytes and K3_MANIFEST_MAX_ITEMS JSON values
+ * and keys, counted as 1 + the '{', '[', ',' and ':' outside strings. Kimi K3's
+ * manifest is 2.7 MB with 135,147 items.
+ */
+#define K3_MANIFEST_MAX (64u << 20)
+#define K3_MANIFEST_MAX_ITEMS (1u << 21)
+
+/*
+ * The self-checksum (FORMAT.md 5.1): manifest.json ends with
+ *     "manifest_xxh3_64": "<16 lowercase hex digits>"\n}\n
+ * and the digits are the XXH3-64 of every byte before them, [0, size - 20).
+ */
+#define K3_MANIFEST_SUM_KEY "manifest_xxh3_64"
+#define K3_MANIFEST_SUM_TAIL 20u        /* 16 hex digits + '"' '\n' '}' '\n' */
 
 typedef struct k3_mf_file {
     char *name;
@@ -88,10 +104,24 @@ typedef struct k3_manifest {
 k3_err k3_manifest_describe_shard(k3_manifest *m, uint32_t s, const k3_shard_header *h,
                                   const uint64_t *entry_hashes, uint64_t *record_hashes, k3_diag *d);
 
-/* Serialise to JSON text (malloc'd, NUL-terminated, ends with a newline). */
+/* Serialise to JSON text (malloc'd, NUL-terminated, ends with a newline),
+   sealed with its self-checksum. */
 k3_err k3_manifest_dump(const k3_manifest *m, char **text, size_t *len, k3_diag *d);
 
-/* Parse and validate manifest text; path is used in messages. */
+/*
+ * Recompute the self-checksum of a manifest text that already ends with the
+ * checksum member (as k3_manifest_dump writes it) in place; for tools and
+ * tests that edit a manifest. Returns -1 (text unchanged) if the text does not
+ * end with "manifest_xxh3_64": "<16 hex digits>"\n}\n.
+ */
+int k3_manifest_seal(char *text, size_t len);
+
+/* Check the self-checksum alone: K3_OK, K3_ERR_CORRUPT (mismatch) or
+   K3_ERR_FORMAT / K3_ERR_UNSUPPORTED (no checksum at the end). */
+k3_err k3_manifest_check_sum(const char *text, size_t len, const char *path, k3_diag *d);
+
+/* Parse and validate manifest text (its cost, its self-checksum, then every
+   rule of FORMAT.md section 8); path is used in messages. */
 k3_err k3_manifest_parse(const char *text, size_t len, const char *path, k3_manifest *m, k3_diag *d);
 
 /* Read <dir>/manifest.json. A missing file says the pack is unfinished. */

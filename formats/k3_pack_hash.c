@@ -77,11 +77,30 @@ static span *record_gaps(const k3_shard_header *h, size_t *n_out)
     return g;
 }
 
-/* First non-zero byte of p[0, len) (at record offset rel) inside a gap, or UINT64_MAX. */
-static uint64_t nonzero_in_gaps(const uint8_t *p, uint64_t len, uint64_t rel, const span *g, size_t n)
+/* The E8M0 parts of an expert record, relative to the record's start: their
+   bytes must not be 255 (NaN). None without parts. */
+static span *record_scales(const k3_shard_header *h, size_t *n_out)
+{
+    *n_out = 0;
+    span *g = malloc(((size_t)h->n_entries + 1) * sizeof *g);    /* [n_entries + 1] */
+    if (!g) return NULL;
+    for (uint32_t i = 0; h->kind == K3_SHARD_EXPERTS && h->entries && i < h->n_entries; i++)
+        if (h->entries[i].encoding == K3_ENC_E8M0 && h->entries[i].size)
+            g[(*n_out)++] = (span){h->entries[i].offset, h->entries[i].offset + h->entries[i].size, -1};
+    return g;
+}
+
+/* First byte of p[0, len) (at record offset rel) inside one of the ranges g[0, n)
+   that is non-zero (nan = 0) or 255 (nan = 1); UINT64_MAX if none. */
+static uint64_t find_in_ranges(const uint8_t *p, uint64_t len, uint64_t rel, const span *g, size_t n, int nan)
 {
     for (size_t i = 0; i < n; i++) {
         uint64_t b = g[i].begin > rel ? g[i].begin : rel, e = g[i].end < rel + len ? g[i].end : rel + len;
+        if (nan && b < e) {
+            const uint8_t *ff = memchr(p + (b - rel), 0xFF, (size_t)(e - b));
+            if (ff) return (uint64_t)(ff - p);
+            continue;
+        }
         for (uint64_t k = b; k < e; k++)
             if (p[k - rel]) return k - rel;
     }
@@ -93,22 +112,24 @@ k3_err k3_shard_hash(int fd, const char *path, const k3_shard_header *h, size_t 
 {
     memset(out, 0, sizeof *out);
     out->bad_padding = UINT64_MAX;
+    out->nan_scale = UINT64_MAX;
     /* a valid expert header may claim any number of empty records (stride 0):
        2 * n + 3 spans must fit in size_t bytes before anything is allocated */
     uint64_t n_main = h->kind == K3_SHARD_TRUNK ? h->n_entries : h->n_records;
     if (n_main > ((SIZE_MAX / sizeof(span)) - 3) / 2)
         return k3_fail(d, K3_ERR_NOMEM, "'%s': %llu records are too many to hash", path,
                        (unsigned long long)n_main);
-    size_t n_spans = 0, n_gaps = 0;
+    size_t n_spans = 0, n_gaps = 0, n_scales = 0;
     span *spans = build_spans(h, &n_spans);
     span *gaps = record_gaps(h, &n_gaps);
+    span *scales = record_scales(h, &n_scales);
     uint8_t *buf = malloc(buf_size);             /* [buf_size] read buffer */
     k3_hasher *file = k3_hasher_new();
     k3_hasher64 *part = k3_hasher64_new();
     if (h->kind == K3_SHARD_TRUNK) out->entry = calloc(h->n_entries + 1, sizeof *out->entry);
     else out->record = calloc(h->n_records + 1, sizeof *out->record);
     k3_err e = K3_OK;
-    if (!spans || !gaps || !buf || !file || !part || (!out->entry && !out->record)) {
+    if (!spans || !gaps || !scales || !buf || !file || !part || (!out->entry && !out->record)) {
         e = k3_fail(d, K3_ERR_NOMEM, "out of memory hashing '%s'", path);
         goto done;
     }
@@ -130,8 +151,18 @@ k3_err k3_shard_hash(int fd, const char *path, const k3_shard_header *h, size_t 
                 if (!in_span) { k3_hasher64_reset(part); in_span = 1; }
                 k3_hasher64_update(part, buf + off, (size_t)take);
                 if (n_gaps && out->bad_padding == UINT64_MAX) {
-                    uint64_t at = nonzero_in_gaps(buf + off, take, abs - sp->begin, gaps, n_gaps);
+                    uint64_t at = find_in_ranges(buf + off, take, abs - sp->begin, gaps, n_gaps, 0);
                     if (at != UINT64_MAX) out->bad_padding = abs + at;
+                }
+                if (out->nan_scale == UINT64_MAX) {
+                    uint64_t at = UINT64_MAX;
+                    if (h->kind != K3_SHARD_TRUNK) {
+                        if (n_scales) at = find_in_ranges(buf + off, take, abs - sp->begin, scales, n_scales, 1);
+                    } else if (h->entries[sp->index].encoding == K3_ENC_E8M0) {
+                        const uint8_t *ff = memchr(buf + off, 0xFF, (size_t)take);
+                        if (ff) at = (uint64_t)(ff - (buf + off));
+                    }
+                    if (at != UINT64_MAX) out->nan_scale = abs + at;
                 }
             } else if (sp->index == -1 && out->bad_padding == UINT64_MAX) {
                 for (uint64_t k = 0; k < take; k++)
@@ -166,6 +197,7 @@ k3_err k3_shard_hash(int fd, const char *path, const k3_shard_header *h, size_t 
 done:
     free(spans);
     free(gaps);
+    free(scales);
     free(buf);
     k3_hasher_free(file);
     k3_hasher64_free(part);

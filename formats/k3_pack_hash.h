@@ -20,6 +20,8 @@ typedef struct k3_shard_hashes {
     uint64_t bad_padding;   /* offset of the first non-zero padding byte (between tensors, between
                                records, or between the parts of a record when h has its parts),
                                or UINT64_MAX */
+    uint64_t nan_scale;     /* offset of the first E8M0 byte 255 (NaN, FORMAT.md 3) in a tensor or
+                               record part of encoding E8M0 (when h has its entries), or UINT64_MAX */
 } k3_shard_hashes;
 
 /* Called after each chunk with bytes done so far (may be NULL). */
@@ -27,7 +29,8 @@ typedef void (*k3_hash_progress_fn)(void *ctx, uint64_t done);
 
 /*
  * Read the whole file at fd (pread, buffer of buf_size bytes) and fill out.
- * h must be the shard's validated header. drop_cache: posix_fadvise DONTNEED
+ * h must be the shard's validated header (or a geometry with the same
+ * rules: spans sorted, disjoint, inside the file). drop_cache: posix_fadvise DONTNEED
  * behind the reader so hashing a terabyte does not fill the page cache.
  */
 k3_err k3_shard_hash(int fd, const char *path, const k3_shard_header *h, size_t buf_size, int drop_cache,

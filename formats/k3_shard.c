@@ -201,6 +201,9 @@ k3_err k3_shard_decode(const uint8_t *b, size_t len, uint64_t actual_size, const
     if (h->version > K3_PACK_VERSION)          /* FORMAT.md section 6 wording */
         return k3_fail(d, K3_ERR_UNSUPPORTED, "'%s': shard format version %u is newer than this k3 (%d); upgrade k3",
                        path, h->version, K3_PACK_VERSION);
+    if (h->version >= 1 && h->version < K3_PACK_VERSION)
+        return k3_fail(d, K3_ERR_UNSUPPORTED, "'%s': shard format version %u is older than this k3 (%d); re-run "
+                       "k3pack to make the pack again", path, h->version, K3_PACK_VERSION);
     if (h->version != K3_PACK_VERSION)
         return k3_fail(d, K3_ERR_UNSUPPORTED, "'%s': shard format version %u is not supported by this k3 (%d)",
                        path, h->version, K3_PACK_VERSION);
@@ -372,17 +375,18 @@ k3_err k3_shard_read_header(int fd, const char *path, k3_shard_header *out, k3_d
     k3_err e = k3_pread_full(fd, fixed, sizeof fixed, 0, path, d);
     if (e) return e;
     uint64_t data_offset = k3_ld64(fixed + 40);
-    /* bound the allocation before trusting anything: the largest legal header */
+    /* Nothing is allocated from a field before the fixed part alone is decoded: it names
+       the first broken field (counts over their limits, a data_offset that does not follow
+       from them, a file_size other than the file's); K3_ERR_INTERNAL only says the rest
+       of the header image is missing. Then the largest legal header bounds the buffer. */
+    k3_err e2 = k3_shard_decode(fixed, sizeof fixed, size, path, out, d);
+    if (e2 == K3_OK) k3_shard_header_free(out);
+    else if (e2 != K3_ERR_INTERNAL) return e2;
     uint64_t max_hdr = K3_SHARD_FIXED_SIZE + (uint64_t)K3_SHARD_ENTRY_SIZE * K3_SHARD_MAX_ENTRIES +
                        K3_SHARD_MAX_NAMES + (1u << 24);
-    if (data_offset < K3_SHARD_FIXED_SIZE || data_offset > max_hdr || data_offset > size) {
-        /* decoding the fixed part alone names the first broken field if there is one */
-        k3_err e2 = k3_shard_decode(fixed, sizeof fixed, size, path, out, d);
-        if (e2 == K3_OK) k3_shard_header_free(out);
-        if (e2 != K3_OK && e2 != K3_ERR_INTERNAL) return e2;
+    if (data_offset < K3_SHARD_FIXED_SIZE || data_offset > max_hdr || data_offset > size)
         return k3_fail(d, K3_ERR_FORMAT, "'%s': data_offset %llu is out of range", path,
                        (unsigned long long)data_offset);
-    }
     uint8_t *buf = malloc((size_t)data_offset);   /* [data_offset] header image */
     if (!buf) return k3_fail(d, K3_ERR_NOMEM, "out of memory reading '%s'", path);
     e = k3_pread_full(fd, buf, (size_t)data_offset, 0, path, d);

@@ -22,7 +22,7 @@
 
 #include "k3_error.h"
 
-#define K3_PACK_VERSION 1
+#define K3_PACK_VERSION 2           /* 2: manifest.json carries its own checksum (FORMAT.md 6) */
 #define K3_SHARD_FIXED_SIZE 128
 #define K3_SHARD_ENTRY_SIZE 64
 #define K3_SHARD_MAX_ENTRIES 65536u

@@ -151,6 +151,12 @@ k3_err pk_feed_data(pk_writer *w, pk_feed *f, const uint8_t *buf, size_t n, k3_d
     k3_atomic_file *af = &w->af[it->shard];
     k3_err e = K3_OK;
     if (it->op == PK_COPY) {
+        /* FORMAT.md 3: an E8M0 scale of 255 is NaN and has no place in a pack */
+        const uint8_t *ff = w->p->shards[it->shard].h.entries[it->entry].encoding == K3_ENC_E8M0
+                                ? memchr(buf, 0xFF, n) : NULL;
+        if (ff)
+            return k3_fail(d, K3_ERR_FORMAT, "tensor '%s': scale byte %llu is 255, NaN in E8M0; the checkpoint is "
+                           "damaged", it->src_name, (unsigned long long)(f->got + (uint64_t)(ff - buf)));
         e = k3_pwrite_full(af->fd, buf, n, it->dst_off + f->got, af->tmp_path, d);
     } else {
         size_t row_bytes = (size_t)it->cols * 2, i = 0;

@@ -48,6 +48,11 @@ void k3io_run(k3io_job *j)
         j->why = "XXH3-64 does not match the manifest: the pack is damaged, run k3verify";
     }
     j->hash_seconds = j->verify ? k3_now() - th : 0;
+    for (int i = 0; !j->failed && i < j->n_scan; i++)
+        if (memchr(j->dst + j->scan_off[i], 0xFF, (size_t)j->scan_len[i])) {
+            j->failed = j->bad_hash = 1;
+            j->why = "an MXFP4 scale is 0xFF (NaN in E8M0): the pack is invalid, run k3verify";
+        }
     j->seconds = k3_now() - t0;
 }
 

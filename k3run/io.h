@@ -22,9 +22,11 @@ typedef struct k3io_job {
     uint8_t *dst;            /* [span or size], 4 KiB-aligned for O_DIRECT */
     int verify;              /* check XXH3-64 of dst[0..size) against hash */
     uint64_t hash;
+    int n_scan;              /* MXFP4 scale ranges of dst to refuse 0xFF in (NaN in E8M0), <= 3 */
+    uint64_t scan_off[3], scan_len[3];
     /* out (valid after k3io_wait) */
     int failed;              /* 0, or the read or the hash failed */
-    int bad_hash;            /* it was the hash (the bytes were read) */
+    int bad_hash;            /* it was the bytes (hash, or a NaN scale), not the read */
     const char *why;         /* static text or strerror's; NULL when ok */
     double seconds;          /* time the read and hash took */
     double hash_seconds;     /* of it, the hash */

@@ -23,6 +23,17 @@
 #include "k3_hash.h"
 #include "k3_sys.h"
 
+/* The scale parts of el's MXFP4 records, for the reader to refuse 0xFF in (NaN in E8M0). */
+static void scale_scan(const expert_layer *el, k3io_job *j)
+{
+    j->n_scan = 0;
+    if (el->enc != K3_ENC_MXFP4) return;
+    for (int mi = 0; mi < 3; mi++) {
+        j->scan_off[j->n_scan] = el->off[mi][1];
+        j->scan_len[j->n_scan++] = (uint64_t)el->rows[mi] * el->cols[mi] / 32;
+    }
+}
+
 /* The one message for a record that cannot be used: shard, layer, expert, offset, why. */
 static k3_err record_fail(const expert_layer *el, uint32_t layer, uint64_t e, int bad_hash, const char *why,
                           k3_diag *d)
@@ -56,6 +67,7 @@ static k3_err load_resident(k3_weights *w, uint64_t n_records, k3_progress *pg, 
             j->dst = el->data + r * el->stride;
             j->verify = w->o.verify_reads;
             j->hash = el->hashes[r];
+            scale_scan(el, j);
             q[nq++] = j;
             if (nq == 4096) { k3io_submit(w->io, q, nq); nq = 0; }
         }
@@ -342,6 +354,7 @@ k3_err k3w_experts_acquire(k3_weights *w, int layer, const int32_t *ids, const u
         jb->dst = dst;
         jb->verify = w->o.verify_reads;
         jb->hash = el->hashes[ids[j]];
+        scale_scan(el, jb);
         w->acq_slot[w->acq_n] = v;
         w->acq_order[w->acq_n++] = j;
         jobs[nj++] = jb;

@@ -32,6 +32,7 @@ enum k3v_kind {
     K3V_TYPE,        /* not a regular file */
     K3V_FORMAT,      /* checkpoint: invalid safetensors/index/config */
     K3V_UNEXPECTED,  /* checkpoint: a tensor the config does not describe */
+    K3V_VALUE,       /* a value the format forbids: an E8M0 scale of 255 (NaN) */
     K3V__COUNT
 };
 

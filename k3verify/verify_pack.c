@@ -92,10 +92,11 @@ static int manifest_geometry(pack_ctx *c, uint32_t si, const k3_shard_header *h,
             }
             pos = t->offset + t->size;
         }
-        g->entries = k3v_xalloc((size_t)n * sizeof *g->entries);   /* [n] ranges to hash */
+        g->entries = k3v_xalloc((size_t)n * sizeof *g->entries + 1);   /* [n] ranges to hash */
         for (uint32_t j = 0; j < n; j++) {
             g->entries[j].offset = c->m.tensors[idx[j]].offset;
             g->entries[j].size = c->m.tensors[idx[j]].size;
+            g->entries[j].encoding = (uint8_t)c->m.tensors[idx[j]].encoding;
         }
         g->n_entries = n;
         g->data_offset = start;
@@ -117,6 +118,15 @@ static int manifest_geometry(pack_ctx *c, uint32_t si, const k3_shard_header *h,
     g->n_records = x->count;
     g->record_size = x->record_size;
     g->record_stride = x->stride;
+    /* the parts (in offset order inside the record: k3_manifest_parse), for the zero
+       gaps between them and the E8M0 scales */
+    g->entries = k3v_xalloc((size_t)x->n_parts * sizeof *g->entries + 1);   /* [n_parts] */
+    for (uint32_t p = 0; p < x->n_parts; p++) {
+        g->entries[p].offset = x->parts[p].offset;
+        g->entries[p].size = x->parts[p].size;
+        g->entries[p].encoding = (uint8_t)x->parts[p].encoding;
+    }
+    g->n_entries = x->n_parts;
     return 1;
 }
 
@@ -135,11 +145,44 @@ static void padding_problem(pack_ctx *c, uint32_t si, const k3_shard_header *g, 
             snprintf(where, sizeof where, " (before the first tensor)");
         }
     } else if (at >= g->data_offset && g->record_stride) {
-        snprintf(where, sizeof where, " (after the record of expert %llu of layer %u)",
+        uint64_t rel = (at - g->data_offset) % g->record_stride;
+        snprintf(where, sizeof where, " (%s the record of expert %llu of layer %u)",
+                 rel < g->record_size ? "between the parts of" : "after",
                  (unsigned long long)((at - g->data_offset) / g->record_stride),
                  c->m.expert_layers[c->sx[si]].layer);
     }
     k3v_problem *p = k3v_add(it, K3V_PADDING, "padding byte at offset %llu is not zero%s", (unsigned long long)at, where);
+    p->has_range = 1;
+    p->begin = at;
+    p->end = at + 1;
+}
+
+/* An E8M0 scale byte of 255 (NaN) at file offset at: name the tensor, or the expert and part. */
+static void nan_problem(pack_ctx *c, uint32_t si, const k3_shard_header *g, uint64_t at, k3v_item *it)
+{
+    k3v_problem *p;
+    if (g->kind == K3_SHARD_TRUNK) {
+        const k3_mf_tensor *t = NULL;
+        for (uint32_t j = 0; j < c->n_st[si]; j++)
+            if (c->m.tensors[c->st[si][j]].offset <= at) t = &c->m.tensors[c->st[si][j]];
+        char *esc = k3v_esc(t ? t->name : "?", t ? strlen(t->name) : 1);
+        p = k3v_add(it, K3V_VALUE, "tensor '%s': scale byte at offset %llu is 255, NaN in E8M0", esc,
+                    (unsigned long long)at);
+        free(esc);
+        if (t) k3v_set_tensor(p, t->name, strlen(t->name));
+    } else {
+        const k3_mf_experts *x = &c->m.expert_layers[c->sx[si]];
+        uint64_t e = (at - g->data_offset) / g->record_stride, rel = (at - g->data_offset) % g->record_stride;
+        const char *part = "?";
+        for (uint32_t k = 0; k < x->n_parts; k++)
+            if (rel >= x->parts[k].offset && rel - x->parts[k].offset < x->parts[k].size) part = x->parts[k].name;
+        char *esc = k3v_esc(part, strlen(part));
+        p = k3v_add(it, K3V_VALUE, "expert %llu of layer %u, part '%s': scale byte at offset %llu is 255, NaN in "
+                    "E8M0", (unsigned long long)e, x->layer, esc, (unsigned long long)at);
+        free(esc);
+        p->expert = (int64_t)e;
+        p->layer = x->layer;
+    }
     p->has_range = 1;
     p->begin = at;
     p->end = at + 1;
@@ -152,6 +195,7 @@ static void hash_shard(pack_ctx *c, uint32_t si, int fd, const k3_shard_header *
     int ranges = manifest_geometry(c, si, h, size, &g, it);
     k3_shard_hashes hs;
     k3_diag d;
+    size_t bad = 0;
     prog_ctx pc = {c, 0, s->name};
     k3_err e = k3_shard_hash(fd, s->name, &g, c->o->buf_size, 1, on_progress, &pc, &hs, &d);
     if (e == K3_ERR_IO) {                            /* retry once: transient or real? */
@@ -162,14 +206,13 @@ static void hash_shard(pack_ctx *c, uint32_t si, int fd, const k3_shard_header *
         e = k3_shard_hash(fd, s->name, &g, c->o->buf_size, 1, on_progress, &pc, &hs, &d);
         if (!e) k3_warn("'%s': read error, but a second attempt succeeded: %s", s->name, first);
     }
-    free(g.entries);
+    it->bytes = e ? 0 : size;
     if (e) {
-        if (e == K3_ERR_FORMAT) k3v_add(it, K3V_SIZE, "the file shrank while being read: %s", strip_subject(d.msg, s->name));
-        else k3v_add(it, K3V_IO, "%s", d.msg);
+        free(g.entries);
+        k3v_add(it, K3V_IO, "%s", strip_subject(d.msg, s->name));
         return;
     }
-    it->bytes = size;
-    size_t bad = 0;
+    if (ranges && hs.nan_scale != UINT64_MAX) nan_problem(c, si, &g, hs.nan_scale, it);   /* data, not a hash */
     if (ranges && s->kind == K3_SHARD_TRUNK) {
         for (uint32_t j = 0; j < c->n_st[si]; j++) {
             const k3_mf_tensor *t = &c->m.tensors[c->st[si][j]];
@@ -219,14 +262,15 @@ static void hash_shard(pack_ctx *c, uint32_t si, int fd, const k3_shard_header *
         k3v_add(it, K3V_MISMATCH, "the file hash matches, so the manifest's %s hashes are wrong, not the data",
                 s->kind == K3_SHARD_TRUNK ? "tensor" : "record");
     }
+    free(g.entries);
     k3_shard_hashes_free(&hs);
 }
 
 /* ------------------------------------------------------------------ one shard, one file */
 
-/* Open NAME in the pack and check it is a regular file of the manifest's size;
-   on any problem, report it in it and return -1. */
-static int open_sized(pack_ctx *c, const char *name, uint64_t want, k3v_item *it)
+/* Open NAME in the pack and check it is a regular file of the manifest's size
+   (*st: what fstat said); on any problem, report it in it and return -1. */
+static int open_sized(pack_ctx *c, const char *name, uint64_t want, k3v_item *it, struct stat *st_out)
 {
     char path[4096];
     k3_diag d;
@@ -247,10 +291,39 @@ static int open_sized(pack_ctx *c, const char *name, uint64_t want, k3v_item *it
         k3v_add(it, K3V_SIZE, "size %llu, expected %llu: %s", (unsigned long long)st.st_size, (unsigned long long)want,
                 (uint64_t)st.st_size < want ? "truncated" : "extended");
     } else {
+        *st_out = st;
         return fd;
     }
     close(fd);
     return -1;
+}
+
+/*
+ * After NAME was read through fd (fstat st0 when opened): did it change under
+ * k3verify? Its path must still name the same file, of the same size and times.
+ * If not, what the read found says nothing about the file now: one I/O problem
+ * replaces every other (exit 3: verify again), naming what happened.
+ */
+static void check_unchanged(pack_ctx *c, const char *name, int fd, const struct stat *st0, k3v_item *it)
+{
+    struct stat now, cur;
+    char path[4096];
+    const char *why = NULL;
+    int have_path = k3_path_join(path, sizeof path, c->dir, name, NULL) == K3_OK;
+    if (have_path && stat(path, &cur) != 0)
+        why = errno == ENOENT ? "it was deleted" : "it can no longer be opened";
+    else if (have_path && (cur.st_dev != st0->st_dev || cur.st_ino != st0->st_ino))
+        why = "it was replaced by another file";
+    else if (fstat(fd, &now) != 0 || now.st_size != st0->st_size)
+        why = "it was truncated or extended";
+    else if (now.st_mtim.tv_sec != st0->st_mtim.tv_sec || now.st_mtim.tv_nsec != st0->st_mtim.tv_nsec ||
+             now.st_ctim.tv_sec != st0->st_ctim.tv_sec || now.st_ctim.tv_nsec != st0->st_ctim.tv_nsec)
+        why = "it was modified";
+    if (!why) return;
+    const char *type = it->type;
+    k3v_item_free(it);
+    k3v_item_init(it, type, name);
+    k3v_add(it, K3V_IO, "changed while k3verify was reading it: %s; verify again", why);
 }
 
 /* Check shard si; listing_only: exists, is a regular file of the manifest's size (a
@@ -259,7 +332,8 @@ static void check_shard(pack_ctx *c, uint32_t si, int listing_only, k3v_item *it
 {
     const k3_mf_shard *s = &c->m.shards[si];
     k3v_item_init(it, "shard", s->name);
-    int fd = open_sized(c, s->name, s->size, it);
+    struct stat st0;
+    int fd = open_sized(c, s->name, s->size, it, &st0);
     if (fd < 0) return;
     if (listing_only) {
         close(fd);
@@ -273,6 +347,7 @@ static void check_shard(pack_ctx *c, uint32_t si, int listing_only, k3v_item *it
     else k3v_compare_header(c, si, &h, it);
     if (!c->o->quick && e != K3_ERR_IO) hash_shard(c, si, fd, e ? NULL : &h, s->size, it);
     if (!e) k3_shard_header_free(&h);
+    check_unchanged(c, s->name, fd, &st0, it);
     posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
     close(fd);
 }
@@ -280,7 +355,8 @@ static void check_shard(pack_ctx *c, uint32_t si, int listing_only, k3v_item *it
 static void check_file(pack_ctx *c, const k3_mf_file *f, k3v_item *it)
 {
     k3v_item_init(it, "file", f->name);
-    int fd = open_sized(c, f->name, f->size, it);
+    struct stat st0;
+    int fd = open_sized(c, f->name, f->size, it, &st0);
     if (fd < 0) return;
     if (!c->o->quick) {
         k3_diag d;
@@ -293,9 +369,9 @@ static void check_file(pack_ctx *c, const k3_mf_file *f, k3v_item *it)
             if (!(e = k3_pread_full(fd, buf, n, pos, f->name, &d))) k3_hasher_update(hs, buf, n);
             pos += n;
         }
-        if (e == K3_ERR_FORMAT) k3v_add(it, K3V_SIZE, "the file shrank while being read");
-        else if (e) k3v_add(it, K3V_IO, "%s", d.msg);
-        else {
+        if (e) {
+            k3v_add(it, K3V_IO, "%s", d.msg);
+        } else {
             k3_h128 got = k3_hasher_digest(hs);
             it->bytes = f->size;
             it->file_hash = got.lo == f->hash.lo && got.hi == f->hash.hi ? "ok" : "mismatch";
@@ -309,6 +385,7 @@ static void check_file(pack_ctx *c, const k3_mf_file *f, k3v_item *it)
         k3_hasher_free(hs);
         free(buf);
     }
+    check_unchanged(c, f->name, fd, &st0, it);
     close(fd);
 }
 

@@ -19,7 +19,7 @@ static const char *const kind_names[K3V__COUNT] = {
     [K3V_HEADER] = "header",     [K3V_MISMATCH] = "mismatch",     [K3V_PADDING] = "padding",
     [K3V_UNLISTED] = "unlisted", [K3V_UNFINISHED] = "unfinished", [K3V_MANIFEST] = "manifest",
     [K3V_IO] = "io",             [K3V_TYPE] = "type",             [K3V_FORMAT] = "format",
-    [K3V_UNEXPECTED] = "unexpected",
+    [K3V_UNEXPECTED] = "unexpected", [K3V_VALUE] = "value",
 };
 
 const char *k3v_kind_name(int kind)

@@ -4,13 +4,15 @@
 #  1. full size: written in well under a minute; k3verify --quick accepts it;
 #     k3inspect reports K3's totals; little real disk, ~1.56 TB apparent; a
 #     second run gives a byte-identical manifest.json; an independent Python
-#     reader (FORMAT.md, python3-xxhash) checks one expert shard's header and
-#     manifest entries, and one whole trunk shard's hashes, which a full
-#     k3verify of that shard (--subset) accepts too.
+#     reader (FORMAT.md, python3-xxhash) checks the manifest's checksum of
+#     itself, one expert shard's header and manifest entries, and one whole
+#     trunk shard's hashes, which a full k3verify of that shard (--subset)
+#     accepts too.
 #  2. tiny checkpoint: k3pack's pack and k3_mkpack_sparse's have byte-identical
 #     shard headers and sizes and manifests identical except for data hashes,
-#     generator and skipped (vision) tensors; a full k3verify and
-#     tests/pack/check_pack.py's shard reader accept the sparse pack.
+#     generator, skipped (vision) tensors and the manifest checksum (checked in
+#     both); a full k3verify and tests/pack/check_pack.py's shard reader accept
+#     the sparse pack.
 # Environment (set by ctest): K3_MKPACK_SPARSE K3_BIN K3_SRC K3_TEST_DATA K3_TEST_TMP PYTHON
 set -eu
 T="$K3_TEST_TMP/k3_sparse_pack"
@@ -44,7 +46,7 @@ echo "k3_mkpack_sparse: $(echo "$t1 - $t0" | bc) s"
 grep -q "^Total: .* 2779484476000 params" "$T/summary.txt" || fail "total params: $(grep '^Total' "$T/summary.txt")"
 grep -Eq "^routed experts +494592 +[0-9]+ +[0-9.]+ T +1446456066048 " "$T/summary.txt" ||
     fail "expert bytes: $(grep '^routed experts' "$T/summary.txt")"
-grep -q "^Pack: format 1, 187 shards, experts MXFP4" "$T/summary.txt" || fail "pack line: $(grep '^Pack' "$T/summary.txt")"
+grep -q "^Pack: format 2, 187 shards, experts MXFP4" "$T/summary.txt" || fail "pack line: $(grep '^Pack' "$T/summary.txt")"
 
 real_kb=$(du -sk "$P" | cut -f1)
 apparent=$(du -sb "$P" | cut -f1)
@@ -60,10 +62,15 @@ rm -rf "$T/k3b"
 "$PYTHON" - "$P" >"$T/py.out" <<'EOF' || fail "independent reader"
 import json, struct, sys, xxhash
 pack = sys.argv[1]
-m = json.load(open(pack + "/manifest.json"))
+raw = open(pack + "/manifest.json", "rb").read()
+m = json.loads(raw)
 ENC = {10: ("MXFP4", 4), 11: ("E8M0", 8)}
 def need(c, msg):
     if not c: sys.exit("check: " + msg)
+# FORMAT.md 5.1: the manifest ends with "manifest_xxh3_64": "<16 hex>", '"', newline, '}', newline,
+# the digits being the XXH3-64 of every byte before them
+need(raw[-4:] == b'"\n}\n' and raw[-41:-20] == b'"manifest_xxh3_64": "', "no checksum at the end of manifest.json")
+need(xxhash.xxh3_64_hexdigest(raw[:-20]).encode() == raw[-20:-4] == m["manifest_xxh3_64"].encode(), "manifest checksum")
 def zeros64(n):                                         # XXH3-64 of n zero bytes, streamed
     h, z = xxhash.xxh3_64(), bytes(1 << 24)
     while n: k = min(n, len(z)); h.update(z[:k]); n -= k
@@ -76,7 +83,7 @@ with open(pack + "/" + x["shard"], "rb") as f:
     ver, bom, kind, align, layer, n, names, doff, fsize, nrec, rsize, stride = struct.unpack_from("<6I6Q", fixed, 8)
     f.seek(0)
     hdr = bytearray(f.read(doff))
-need((ver, bom, kind, align, layer, n) == (1, 0x01020304, 2, 4096, 1, 6), "fixed header %r" % ((ver, bom, kind, align, layer, n),))
+need((ver, bom, kind, align, layer, n) == (2, 0x01020304, 2, 4096, 1, 6), "fixed header %r" % ((ver, bom, kind, align, layer, n),))
 need((doff, nrec, rsize, stride) == (x["offset"], 896, 17547264, 17547264) and x["count"] == 896, "record geometry")
 need(fsize == sh["size"] == doff + nrec * stride, "file_size")
 need(hdr[80:120] == bytes(40), "reserved")
@@ -133,6 +140,8 @@ sys.path.insert(0, sys.argv[3])
 import check_pack                                       # the independent reader of FORMAT.md
 def need(c, msg):
     if not c: sys.exit("check: " + msg)
+for p in (real, sparse):                                # both sealed (FORMAT.md 5.1)
+    check_pack.check_manifest_sum(open(os.path.join(p, "manifest.json"), "rb").read(), p)
 mr, ms = (json.load(open(os.path.join(p, "manifest.json"))) for p in (real, sparse))
 for s in mr["shards"]:
     a = open(os.path.join(real, s["name"]), "rb").read()
@@ -161,7 +170,7 @@ for s in ms["shards"]:
 # manifests: equal once data hashes, generator and skipped are set aside
 need(all(k["reason"] == "vision" for k in mr["skipped"]) and ms["skipped"] == [], "skipped")
 for m in (mr, ms):
-    m["generator"] = m["skipped"] = None
+    m["generator"] = m["skipped"] = m["manifest_xxh3_64"] = None
     for s in m["shards"]: s["xxh3_128"] = None
     for t in m["tensors"]: t["xxh3_64"] = None
     for x in m["expert_layers"]: x["xxh3_64"] = None

@@ -87,19 +87,21 @@ expect_rc 1 "FIFO config.json"; err_has "is not a regular file" "FIFO config.jso
 # table) is now refused by the manifest reader itself: its size cannot match shape x encoding.
 mkdir -p "$T/hpack" || exit 1
 "$PYTHON" - "$T/hpack/manifest.json" <<'EOF' || exit 1
-import json, sys
+import json, os, sys
+sys.path.insert(0, os.environ["K3_TEST_TOOLS"] + "/../pack")
+from check_pack import seal
 big = 4611686018427387904
 sh = "experts-layer-001\u001b[2J.k3s"
-m = {"format": "k3-pack", "format_version": 1, "byte_order": "little", "generator": "x", "name_prefix": "p\u001b[31m.",
+m = {"format": "k3-pack", "format_version": 2, "byte_order": "little", "generator": "x", "name_prefix": "p\u001b[31m.",
      "hashes": {}, "config": {}, "files": [], "tensors": [], "skipped": [],
      "experts": {"encoding": "MXFP4", "source": "checkpoint", "layout": "w1,w3,w2;packed,scale", "quantization": None},
      "shards": [{"name": sh, "kind": "experts", "layer": 1, "size": 8192, "header_hash": "0" * 16, "xxh3_128": "0" * 32}],
      "expert_layers": [{"layer": 1, "shard": sh, "count": 1, "offset": 4096, "stride": 4096, "record_size": 64,
                         "parts": [{"name": "w1\u001b]0;x\u0007", "encoding": "MXFP4", "shape": [2, 64],
                                    "offset": 0, "size": 64}], "xxh3_64": ["0" * 16]}]}
-json.dump(m, open(sys.argv[1], "w"))
+open(sys.argv[1], "wb").write(seal(m))
 m["expert_layers"][0]["parts"][0]["shape"] = [big] * 4
-json.dump(m, open(sys.argv[1] + ".big", "w"))
+open(sys.argv[1] + ".big", "wb").write(seal(m))
 EOF
 run --no-config --shards "$T/hpack"
 expect_rc 0 "hostile pack --shards"

@@ -2,8 +2,10 @@
 """Independent reader of a k3 pack, written from docs/FORMAT.md alone (no k3 code).
 
     check_pack.py PACK CHECKPOINT_DIR
+    check_pack.py --seal MANIFEST      rewrite an edited manifest.json with its checksum (for tests)
 
 Checks that the pack is exactly the checkpoint re-laid out:
+  * manifest.json ends with its own checksum (FORMAT.md 5.1), format version 2;
   * every shard header field and rule of FORMAT.md section 2, header_hash, file size;
   * manifest hashes (XXH3-128 of shards and files, XXH3-64 of tensors and records);
   * every trunk tensor's bytes equal the checkpoint tensor's bytes (bit-exact);
@@ -45,7 +47,7 @@ def read_shard(path):
     need(len(data) >= 128 and data[:8] == b"K3SHARD\0", "%s: bad magic" % path)
     (ver, bom, kind, align, layer, n_ent, names_size, data_off, fsize, n_rec, rec_size,
      stride) = struct.unpack_from("<IIIIII QQQQQQ".replace(" ", ""), data, 8)
-    need(ver == 1 and bom == 0x01020304 and kind in (1, 2), "%s: version/byte order/kind" % path)
+    need(ver == 2 and bom == 0x01020304 and kind in (1, 2), "%s: version/byte order/kind" % path)
     need(data[80:120] == bytes(40), "%s: reserved bytes" % path)
     (hh,) = struct.unpack_from("<Q", data, 120)
     need(fsize == len(data), "%s: file_size %d, file has %d" % (path, fsize, len(data)))
@@ -75,6 +77,28 @@ def read_shard(path):
     return f, entries, data
 
 
+SUM_MEMBER = b'"manifest_xxh3_64": "'     # FORMAT.md 5.1: then 16 hex digits, '"', newline, '}', newline
+
+
+def check_manifest_sum(data, what="manifest.json"):
+    """The manifest's checksum of itself: XXH3-64 of every byte before its 16 digits."""
+    need(len(data) >= 41 and data[-4:] == b'"\n}\n' and data[-41:-20] == SUM_MEMBER,
+         "%s: does not end with its checksum member" % what)
+    digits = data[-20:-4].decode("ascii", "replace")
+    need(all(c in "0123456789abcdef" for c in digits), "%s: checksum digits %r" % (what, digits))
+    need(xxhash.xxh3_64_hexdigest(data[:-20]) == digits,
+         "%s: checksum %s, its content hashes to %s" % (what, digits, xxhash.xxh3_64_hexdigest(data[:-20])))
+
+
+def seal(obj):
+    """manifest.json bytes for the object obj (any key order; "manifest_xxh3_64" replaced), sealed."""
+    obj = {k: v for k, v in obj.items() if k != "manifest_xxh3_64"}
+    body = json.dumps(obj, indent=1, ensure_ascii=False).encode("utf-8")
+    assert body.endswith(b"\n}")
+    text = body[:-2] + (b",\n " if obj else b"\n ") + SUM_MEMBER
+    return text + xxhash.xxh3_64_hexdigest(text).encode() + b'"\n}\n'
+
+
 def covered_zero(data, spans, start, end, what):
     """Bytes of [start, end) outside spans must be zero."""
     pos = start
@@ -86,8 +110,10 @@ def covered_zero(data, spans, start, end, what):
 
 
 def main(pack, ckpt_dir):
-    m = json.load(open(os.path.join(pack, "manifest.json")))
-    need(m["format"] == "k3-pack" and m["format_version"] == 1 and m["byte_order"] == "little", "manifest header")
+    raw = open(os.path.join(pack, "manifest.json"), "rb").read()
+    check_manifest_sum(raw)
+    m = json.loads(raw)
+    need(m["format"] == "k3-pack" and m["format_version"] == 2 and m["byte_order"] == "little", "manifest header")
     ck = ModelDir(ckpt_dir)
     prefix = m["name_prefix"]
     quantized = m["experts"]["source"] == "quantized"
@@ -163,6 +189,12 @@ def main(pack, ckpt_dir):
 
 
 if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--seal":
+        with open(sys.argv[2], "rb") as f:
+            sealed = seal(json.load(f))
+        with open(sys.argv[2], "wb") as f:
+            f.write(sealed)
+        sys.exit(0)
     if len(sys.argv) != 3:
         sys.exit("usage: check_pack.py PACK CHECKPOINT_DIR")
     try:

@@ -70,7 +70,7 @@ expect_exit 1 "$K3_BIN/k3verify" "$D"
 grep -q "trunk-layer-004.k3s: FAILED (header" "$T/out" || { cat "$T/out"; fail "header damage not named"; }
 
 damaged manifest
-sed -i 's/"format_version": 1/"format_version": 7/' "$D/manifest.json"
+sed -i 's/"format_version": 2/"format_version": 7/' "$D/manifest.json"
 expect_exit 1 "$K3_BIN/k3verify" "$D"
 grep -q "manifest.json: FAILED" "$T/out" || { cat "$T/out" "$T/err"; fail "manifest damage not named"; }
 
@@ -94,13 +94,15 @@ grep -q "stray.bin: FAILED (not listed in the manifest" "$T/out" || { cat "$T/ou
 drop() {   # drop SHARD : remove SHARD and every manifest entry that names it
     rm "$D/$1"
     $PY - "$D/manifest.json" "$1" <<'PYEOF'
-import json, sys
+import json, os, sys
+sys.path.insert(0, os.environ["K3_SRC"] + "/tests/pack")
+from check_pack import seal
 p, shard = sys.argv[1], sys.argv[2]
 m = json.load(open(p))
 m["shards"] = [s for s in m["shards"] if s["name"] != shard]
 m["tensors"] = [t for t in m["tensors"] if t["shard"] != shard]
 m["expert_layers"] = [x for x in m["expert_layers"] if x["shard"] != shard]
-json.dump(m, open(p, "w"), indent=1)
+open(p, "wb").write(seal(m))
 PYEOF
 }
 damaged incomplete-trunk
@@ -119,13 +121,15 @@ grep -q "experts-layer-003.k3s: OK" "$T/out" || { cat "$T/out"; fail "other expe
 # an expert layer whose records do not all exist: fewer records, consistently
 damaged fewer-experts
 $PY - "$D/manifest.json" <<'PYEOF'
-import json, sys
+import json, os, sys
+sys.path.insert(0, os.environ["K3_SRC"] + "/tests/pack")
+from check_pack import seal
 p = sys.argv[1]
 m = json.load(open(p))
 x = [x for x in m["expert_layers"] if x["layer"] == 2][0]
 x["count"] -= 1
 x["xxh3_64"] = x["xxh3_64"][:-1]
-json.dump(m, open(p, "w"), indent=1)
+open(p, "wb").write(seal(m))
 PYEOF
 expect_exit 1 "$K3_BIN/k3verify" --quick "$D"
 grep -q "layer 2 has 31 experts in the pack, the config needs 32" "$T/out" \

@@ -12,6 +12,7 @@ gate, a missed expert) moves these values by 1e-3 or more.
 """
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -49,6 +50,9 @@ def make_pack(preset, seed, work=None):
     pk = ck + ".k3pack"
     if not os.path.exists(os.path.join(ck, "config.json")):
         run([PY, os.path.join(REF, "make_checkpoint.py"), "--preset", preset, "--seed", str(seed), "--out", ck])
+    if os.path.exists(os.path.join(pk, "manifest.json")) and subprocess.run(
+            [os.path.join(BIN, "k3verify"), "--quick", "-q", pk], capture_output=True).returncode != 0:
+        shutil.rmtree(pk)                      # cached by an older k3 (another pack format): pack again
     if not os.path.exists(os.path.join(pk, "manifest.json")):
         run([os.path.join(BIN, "k3pack"), "-q", ck, "-o", pk])
     return ck, pk

@@ -92,7 +92,9 @@ static void test_trunk(void)
         expect_bad(bad, n, fsize, want, substr); \
     } while (0)
     MUTATE(bad[0] = 'X', 0, 16384, K3_ERR_FORMAT, "bad magic");
-    MUTATE(k3_st32(bad + 8, 2), 0, 16384, K3_ERR_UNSUPPORTED, "version 2 is newer than this k3 (1); upgrade k3");
+    MUTATE(k3_st32(bad + 8, 3), 0, 16384, K3_ERR_UNSUPPORTED, "version 3 is newer than this k3 (2); upgrade k3");
+    MUTATE(k3_st32(bad + 8, 1), 0, 16384, K3_ERR_UNSUPPORTED,
+           "version 1 is older than this k3 (2); re-run k3pack to make the pack again");
     MUTATE(k3_st32(bad + 8, 0), 0, 16384, K3_ERR_UNSUPPORTED, "version 0");
     MUTATE(k3_st32(bad + 12, 0x04030201), 0, 16384, K3_ERR_FORMAT, "byte-order");
     MUTATE(k3_st32(bad + 16, 3), 1, 16384, K3_ERR_FORMAT, "unknown shard kind");
@@ -188,7 +190,7 @@ static void test_experts(void)
 }
 
 static const char *good_manifest =
-    "{\"format\":\"k3-pack\",\"format_version\":1,\"byte_order\":\"little\",\"generator\":\"t\","
+    "{\"format\":\"k3-pack\",\"format_version\":2,\"byte_order\":\"little\",\"generator\":\"t\","
     "\"name_prefix\":\"language_model.\",\"hashes\":{},\"config\":{\"a\":1},"
     "\"experts\":{\"encoding\":\"MXFP4\",\"source\":\"checkpoint\",\"layout\":\"w1,w3,w2;packed,scale\",\"quantization\":null},"
     "\"files\":[{\"name\":\"tiktoken.model\",\"size\":3,\"xxh3_128\":\"0123456789abcdef0123456789abcdef\"}],"
@@ -217,9 +219,37 @@ static char *replace(const char *s, const char *from, const char *to)
     return r;
 }
 
+/* JSON text ending in '}' as k3pack writes a manifest (FORMAT.md 5.1): the checksum
+   member last, sealed. malloc'd. */
+static char *seal_json(const char *json)
+{
+    static const char tail[] = ",\n \"manifest_xxh3_64\": \"0000000000000000\"\n}\n";
+    size_t n = strlen(json);
+    REQUIRE(n > 1 && json[n - 1] == '}');
+    char *t = malloc(n - 1 + sizeof tail);          /* json without '}' + tail + NUL */
+    REQUIRE(t);
+    memcpy(t, json, n - 1);
+    memcpy(t + n - 1, tail, sizeof tail);
+    REQUIRE(k3_manifest_seal(t, strlen(t)) == 0);
+    return t;
+}
+
+static void parse_bad(const char *t, size_t len, k3_err want, const char *substr)
+{
+    k3_manifest m;
+    k3_diag d = {0};
+    k3_err e = k3_manifest_parse(t, len, "p/manifest.json", &m, &d);
+    CHECK_MSG(e == want, "expected %d (%s), got %d (%s)", want, substr, e, d.msg);
+    CHECK_MSG(e == K3_OK || strstr(d.msg, substr), "message '%s' lacks '%s'", d.msg, substr);
+    if (e == K3_OK) k3_manifest_free(&m);
+}
+
+/* good_manifest with from replaced by to, sealed: it reaches every rule after the checksum */
 static void manifest_bad(const char *from, const char *to, k3_err want, const char *substr)
 {
-    char *t = replace(good_manifest, from, to);
+    char *u = replace(good_manifest, from, to);
+    char *t = seal_json(u);
+    free(u);
     k3_manifest m;
     k3_diag d = {0};
     k3_err e = k3_manifest_parse(t, strlen(t), "p/manifest.json", &m, &d);
@@ -237,7 +267,9 @@ static void test_manifest(void)
 {
     k3_manifest m;
     k3_diag d;
-    REQUIRE(k3_manifest_parse(good_manifest, strlen(good_manifest), "p/manifest.json", &m, &d) == K3_OK);
+    char *good = seal_json(good_manifest);
+    REQUIRE(k3_manifest_parse(good, strlen(good), "p/manifest.json", &m, &d) == K3_OK);
+    free(good);
     CHECK(m.n_shards == 2 && m.n_tensors == 1 && m.n_expert_layers == 1 && m.n_files == 1 && m.n_skipped == 1);
     CHECK(m.shards[0].layer == -1 && m.shards[1].layer == 1 && m.shards[1].kind == K3_SHARD_EXPERTS);
     CHECK(m.expert_layers[0].hashes[1] == 3 && m.expert_layers[0].parts[1].encoding == K3_ENC_E8M0);
@@ -259,9 +291,11 @@ static void test_manifest(void)
     k3_manifest_free(&m2);
     k3_manifest_free(&m);
 
-    manifest_bad("\"format_version\":1", "\"format_version\":2", K3_ERR_UNSUPPORTED,
-                 "pack format version 2 is newer than this k3 (1); upgrade k3");
-    manifest_bad("\"format_version\":1", "\"format_version\":0", K3_ERR_UNSUPPORTED, "version 0");
+    manifest_bad("\"format_version\":2", "\"format_version\":3", K3_ERR_UNSUPPORTED,
+                 "pack format version 3 is newer than this k3 (2); upgrade k3");
+    manifest_bad("\"format_version\":2", "\"format_version\":1", K3_ERR_UNSUPPORTED,
+                 "pack format version 1 is older than this k3 (2); re-run k3pack");
+    manifest_bad("\"format_version\":2", "\"format_version\":0", K3_ERR_UNSUPPORTED, "version 0");
     manifest_bad("\"format\":\"k3-pack\"", "\"format\":\"other\"", K3_ERR_FORMAT, "not a k3 pack");
     manifest_bad("\"byte_order\":\"little\"", "\"byte_order\":\"big\"", K3_ERR_FORMAT, "byte_order");
     manifest_bad("\"generator\":\"t\"", "\"generator\":\"t\",\"generator\":\"u\"", K3_ERR_FORMAT, "duplicate");
@@ -280,6 +314,170 @@ static void test_manifest(void)
     /* 2^32 + 1 was read as layer 1 (truncated to 32 bits) */
     manifest_bad("\"expert_layers\":[{\"layer\":1,", "\"expert_layers\":[{\"layer\":4294967297,", K3_ERR_FORMAT,
                  "expert_layers[0].layer");
+}
+
+/* FORMAT.md 5.1: the manifest's checksum of itself. Every byte of a real
+   manifest flipped in turn (two different bits) is refused, naming the file. */
+static void test_manifest_sum(void)
+{
+    char *good = seal_json(good_manifest);
+    size_t n = strlen(good);
+    k3_manifest m;
+    k3_diag d;
+    REQUIRE(k3_manifest_parse(good, n, "p/manifest.json", &m, &d) == K3_OK);
+    char *text;
+    size_t len;
+    REQUIRE(k3_manifest_dump(&m, &text, &len, &d) == K3_OK);
+    k3_manifest_free(&m);
+    CHECK(len > 40 && !memcmp(text + len - 41, "\"manifest_xxh3_64\": \"", 21) && !memcmp(text + len - 4, "\"\n}\n", 4));
+    char hex[17];
+    k3_hex64(k3_xxh3_64(text, len - 20), hex);
+    CHECK(!memcmp(text + len - 20, hex, 16));
+    size_t refused = 0, named = 0;
+    for (size_t i = 0; i < len; i++) {
+        for (int b = 0; b < 2; b++) {
+            text[i] ^= (char)(b ? 0x20 : 0x01);
+            k3_diag dd = {0};
+            k3_err e = k3_manifest_parse(text, len, "p/manifest.json", &m, &dd);
+            if (e == K3_OK) {
+                k3_manifest_free(&m);
+                CHECK_MSG(0, "byte %zu ^ 0x%02x accepted", i, b ? 0x20 : 0x01);
+            }
+            refused += e != K3_OK;
+            named += e != K3_OK && strstr(dd.msg, "p/manifest.json") != NULL;
+            text[i] ^= (char)(b ? 0x20 : 0x01);
+        }
+    }
+    CHECK_EQ_U64(refused, 2 * len);
+    CHECK_EQ_U64(named, 2 * len);
+    /* a damaged content byte: the checksum says so */
+    text[10] ^= 1;
+    parse_bad(text, len, K3_ERR_CORRUPT, "checksum mismatch");
+    text[10] ^= 1;
+    /* a version 1 manifest (no checksum): re-run k3pack; a version 2 one without it: damaged */
+    char *v1 = replace(good_manifest, "\"format_version\":2", "\"format_version\":1");
+    parse_bad(v1, strlen(v1), K3_ERR_UNSUPPORTED, "version 1 is older than this k3 (2) and its manifest carries "
+              "no checksum of itself; re-run k3pack");
+    free(v1);
+    parse_bad(good_manifest, strlen(good_manifest), K3_ERR_FORMAT, "p/manifest.json': does not end with its checksum");
+    parse_bad(text, len - 1, K3_ERR_FORMAT, "does not end with its checksum");
+    free(text);
+    free(good);
+}
+
+/* FORMAT.md 5.2: what one manifest may cost, refused before jansson allocates */
+static void test_manifest_cost(void)
+{
+    size_t items = K3_MANIFEST_MAX_ITEMS + 1, n = 2 * items + 1;
+    char *t = malloc(n + 1);                        /* "[0,0,...,0]" of items values */
+    REQUIRE(t);
+    t[0] = '[';
+    for (size_t i = 0; i < items; i++) {
+        t[1 + 2 * i] = '0';
+        t[2 + 2 * i] = ',';
+    }
+    t[n - 1] = ']';
+    t[n] = '\0';
+    parse_bad(t, n, K3_ERR_FORMAT, "2097154 JSON values and keys, more than the limit of 2097152");
+    /* ',' ':' '{' '[' inside strings are not counted */
+    memset(t, ',', n);
+    t[0] = '"';
+    t[n - 1] = '"';
+    parse_bad(t, n, K3_ERR_FORMAT, "does not end with its checksum");
+    free(t);
+    size_t big = K3_MANIFEST_MAX + 1;
+    t = malloc(big);
+    REQUIRE(t);
+    memset(t, ' ', big);
+    parse_bad(t, big, K3_ERR_FORMAT, "p/manifest.json' is 67108865 bytes, more than the limit of 67108864");
+    free(t);
+}
+
+/* FORMAT.md 8: offsets that overlap or point past the end of their shard, named by field */
+static void test_manifest_ranges(void)
+{
+    manifest_bad("\"offset\":4096,\"size\":64", "\"offset\":8192,\"size\":64", K3_ERR_FORMAT,
+                 "tensors[0].offset: bytes [8192, +64) end past the end of shard 'trunk-embed.k3s' (8192 bytes)");
+    manifest_bad("\"offset\":4096,\"size\":64", "\"offset\":9223372036854775800,\"size\":64", K3_ERR_FORMAT,
+                 "tensors[0].offset: bytes [9223372036854775800, +64) end past the end");
+    manifest_bad("\"offset\":4096,\"size\":64", "\"offset\":64,\"size\":64", K3_ERR_FORMAT,
+                 "tensors[0].offset: bytes [64, +64) overlap the shard header");
+    /* a second tensor overlapping the first */
+    char *two = replace(good_manifest, "\"xxh3_64\":\"0000000000000001\"}",
+                        "\"xxh3_64\":\"0000000000000001\"},{\"name\":\"model.norm.weight\",\"encoding\":\"BF16\","
+                        "\"shape\":[8],\"shard\":\"trunk-embed.k3s\",\"offset\":4150,\"size\":16,"
+                        "\"xxh3_64\":\"0000000000000004\"}");
+    char *t = seal_json(two);
+    k3_manifest m;
+    k3_diag d;
+    REQUIRE(k3_manifest_parse(t, strlen(t), "p/manifest.json", &m, &d) != K3_OK);
+    CHECK_MSG(strstr(d.msg, "tensors[1].offset: bytes [4150, +16) overlap the shard header or the tensor listed "
+                     "before it in shard 'trunk-embed.k3s'"), "%s", d.msg);
+    free(t);
+    char *ok = replace(two, "\"offset\":4150", "\"offset\":4160");
+    t = seal_json(ok);
+    REQUIRE(k3_manifest_parse(t, strlen(t), "p/manifest.json", &m, &d) == K3_OK);
+    k3_manifest_free(&m);
+    free(t);
+    free(ok);
+    free(two);
+    /* expert records: past the end, overlapping each other, over the header; parts */
+    manifest_bad("\"stride\":4096", "\"stride\":8192", K3_ERR_FORMAT,
+                 "expert_layers[0]: 2 records of 80 bytes at stride 8192 from offset 4096 end past the end of shard "
+                 "'experts-layer-001.k3s' (12288 bytes)");
+    manifest_bad("\"stride\":4096", "\"stride\":4611686018427387904", K3_ERR_FORMAT, "end past the end of shard");
+    manifest_bad("\"stride\":4096", "\"stride\":64", K3_ERR_FORMAT,
+                 "expert_layers[0].record_size: 80 bytes, more than the stride of 64: records overlap");
+    manifest_bad("\"count\":2,\"offset\":4096", "\"count\":2,\"offset\":0", K3_ERR_FORMAT,
+                 "expert_layers[0].offset: 0 overlaps the shard header");
+    manifest_bad("\"offset\":64,\"size\":4}", "\"offset\":32,\"size\":4}", K3_ERR_FORMAT,
+                 "expert_layers[0].parts[1]: bytes [32, +4) of the record overlap the part before");
+    manifest_bad("\"record_size\":80", "\"record_size\":66", K3_ERR_FORMAT,
+                 "expert_layers[0].parts[1]: bytes [64, +4) of the record overlap the part before or end past its "
+                 "record_size 66");
+}
+
+/* A shard header that lies about sizes is refused from its fixed part, naming
+   the field, before a buffer is sized from it (k3_shard_read_header). */
+static void test_header_lies(void)
+{
+    k3_shard_header h, r;
+    k3_diag d;
+    build_trunk(&h);
+    uint8_t *img;
+    size_t n;
+    REQUIRE(k3_shard_encode(&h, &img, &n, &d) == K3_OK);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/test_pack_format_lies.k3s", k3_test_tmpdir());
+    struct { uint64_t off; int w64; uint64_t v; const char *msg; } lie[] = {
+        {28, 0, 65535, "data_offset is 4096, expected 4198400"},          /* n_entries: 65535 rows */
+        {32, 1, 16u << 20, "data_offset is 4096, expected 16781312"},     /* names_size: 16 MiB */
+        {28, 0, 70000, "70000 entries, more than the limit"},
+        {32, 1, 1ull << 40, "exceeds the limit"},
+        {48, 1, 1ull << 40, "file is 16384 bytes but its header says 1099511627776"},   /* file_size */
+        {40, 1, 1ull << 40, "data_offset is 1099511627776, expected 4096"},
+    };
+    for (size_t i = 0; i < sizeof lie / sizeof lie[0]; i++) {
+        uint8_t *b = calloc(1, (size_t)h.file_size);
+        REQUIRE(b);
+        memcpy(b, img, n);
+        if (lie[i].w64) k3_st64(b + lie[i].off, lie[i].v);
+        else k3_st32(b + lie[i].off, (uint32_t)lie[i].v);
+        rehash(b, n);
+        FILE *f = fopen(path, "wb");
+        REQUIRE(f && fwrite(b, 1, (size_t)h.file_size, f) == h.file_size && fclose(f) == 0);
+        free(b);
+        int fd = open(path, O_RDONLY);
+        REQUIRE(fd >= 0);
+        k3_diag dd = {0};
+        k3_err e = k3_shard_read_header(fd, path, &r, &dd);
+        close(fd);
+        CHECK_MSG(e == K3_ERR_FORMAT && strstr(dd.msg, lie[i].msg), "lie %zu: %d %s", i, e, dd.msg);
+        if (!e) k3_shard_header_free(&r);
+    }
+    unlink(path);
+    free(img);
+    k3_shard_header_free(&h);
 }
 
 /* A valid header whose records are empty (one zero-size part, stride 0) may
@@ -371,6 +569,10 @@ int main(void)
     test_trunk();
     test_experts();
     test_manifest();
+    test_manifest_sum();
+    test_manifest_cost();
+    test_manifest_ranges();
+    test_header_lies();
     test_hash_many_empty_records();
     test_hash_record_gaps();
     return k3_test_done();

@@ -205,8 +205,35 @@ static void test_differential(void)
     CHECK_MSG(diffs == 0, "%u of %u documents parsed differently", diffs, runs);
 }
 
+/* The cap on values: a document of exactly K3J_MAX_VALUES parses, one more is refused (the
+   hostile-header case: "0," costs a 24-byte token per 2 bytes of input). */
+static void test_value_cap(void)
+{
+    for (uint32_t extra = 0; extra < 2; extra++) {
+        size_t nv = K3J_MAX_VALUES + extra, len = 2 * (nv - 1) + 1;   /* "[" + (nv - 1) x "0," - "," + "]" */
+        char *buf = malloc(len);
+        CHECK(buf != NULL);
+        if (!buf) return;
+        buf[0] = '[';
+        for (size_t i = 1; i + 1 < len; i += 2) { buf[i] = '0'; buf[i + 1] = ','; }
+        buf[len - 1] = ']';
+        k3j_doc doc;
+        k3j_error err;
+        int rc = k3j_parse(buf, len, &doc, &err);
+        if (!extra) {
+            CHECK_MSG(rc == 0 && doc.n == K3J_MAX_VALUES, "%zu values: rc %d (%s)", nv, rc, err.text);
+            if (rc == 0) k3j_free(&doc);
+        } else {
+            CHECK_MSG(rc != 0 && err.kind == K3J_E_RANGE && strstr(err.text, "JSON values (the cap"),
+                      "%zu values: rc %d kind %d (%s)", nv, rc, rc ? err.kind : 0, rc ? err.text : "");
+        }
+        free(buf);
+    }
+}
+
 int main(void)
 {
+    test_value_cap();
     test_tokens();
     test_errors();
     test_differential();

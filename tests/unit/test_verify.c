@@ -163,17 +163,26 @@ static void test_manifest(void)
 {
     k3_manifest m;
     const char *dir = fresh("manifest", &m);
-    flip(dir, "manifest.json", 0, 0);                        /* '{' -> 'z' */
-    CHECK_EXIT(run_dir("", dir), 1);
-    CHECK_OUT("manifest.json: FAILED (invalid JSON");
-    CHECK_ERR("manifest.json FAILED");
-    k3_manifest_free(&m);
-
-    /* one hex digit of a tensor hash: still valid JSON, the tensor is named */
-    dir = fresh("manifest-digit", &m);
     char p[8200], *text;
     size_t len;
     k3_diag d;
+    snprintf(p, sizeof p, "%s/manifest.json", dir);
+    flip(dir, "manifest.json", 0, 0);                        /* '{' -> 'z' */
+    CHECK_EXIT(run_dir("", dir), 1);
+    CHECK_OUT("manifest.json: FAILED (checksum mismatch: its manifest_xxh3_64 is ");
+    CHECK_ERR("manifest.json FAILED");
+    /* the same text sealed again: the checksum holds, the JSON does not */
+    REQUIRE(k3_read_file(p, 1u << 26, &text, &len, &d) == K3_OK);
+    REQUIRE(k3_manifest_seal(text, len) == 0);
+    REQUIRE(k3tp_write_file(dir, "manifest.json", text, len, &d) == K3_OK);
+    free(text);
+    CHECK_EXIT(run_dir("", dir), 1);
+    CHECK_OUT("manifest.json: FAILED (invalid JSON");
+    k3_manifest_free(&m);
+
+    /* one hex digit of a tensor hash: damage to the manifest itself, its checksum names it;
+       the same wrong hash written by a k3pack (sealed): still valid, the tensor is named */
+    dir = fresh("manifest-digit", &m);
     snprintf(p, sizeof p, "%s/manifest.json", dir);
     REQUIRE(k3_read_file(p, 1u << 26, &text, &len, &d) == K3_OK);
     const k3_mf_tensor *t = tensor(&m, "model.layers.3.self_attn.o_proj.weight");
@@ -184,6 +193,13 @@ static void test_manifest(void)
     int k = 0;
     while (at[k] < '0' || at[k] > '9') k++;                  /* a decimal digit: bit 0 keeps it hex */
     flip(dir, "manifest.json", (uint64_t)(at - text) + (uint64_t)k, 0);
+    free(text);
+    CHECK_EXIT(run_dir("--quick", dir), 1);
+    CHECK_OUT("manifest.json: FAILED (checksum mismatch");
+    CHECK_NOT_OUT("trunk-layer-003.k3s");
+    REQUIRE(k3_read_file(p, 1u << 26, &text, &len, &d) == K3_OK);
+    REQUIRE(k3_manifest_seal(text, len) == 0);
+    REQUIRE(k3tp_write_file(dir, "manifest.json", text, len, &d) == K3_OK);
     free(text);
     CHECK_EXIT(run_dir("", dir), 1);
     CHECK_OUT("trunk-layer-003.k3s: FAILED (tensor 'model.layers.3.self_attn.o_proj.weight' bytes [");
@@ -279,16 +295,18 @@ static void test_disagreement(void)
     /* the manifest's header hash, whole-file hash and a record geometry disagree with the files */
     m.shards[1].header_hash ^= 1;
     m.shards[2].hash.lo ^= 1;
-    m.expert_layers[2].stride += 4096;
+    m.expert_layers[2].stride *= 2;                  /* half the records at twice the stride: still inside */
+    m.expert_layers[2].count /= 2;
     REQUIRE(k3tp_write_manifest(dir, &m, &d) == K3_OK);
     CHECK_EXIT(run_dir("", dir), 1);
     CHECK_OUT("trunk-layer-000.k3s: FAILED (header hash ");
     CHECK_OUT("trunk-layer-001.k3s: FAILED (file hash mismatch, although the header, every tensor and the padding "
               "match: the manifest's xxh3_128 of this shard may be wrong)\n");
-    CHECK_OUT("experts-layer-003.k3s: FAILED (expert_layers stride is 8192, the header says 4096; the manifest's 8 "
-              "records");
+    CHECK_OUT("experts-layer-003.k3s: FAILED (expert_layers count is 4, the header says 8; expert_layers stride is "
+              "8192, the header says 4096; expert 1 of layer 3, bytes [12288, 15552): hash mismatch; ");
     CHECK_EXIT(run_dir("--quick", dir), 1);
-    CHECK_OUT("experts-layer-003.k3s: FAILED (expert_layers stride is 8192, the header says 4096)\n");
+    CHECK_OUT("experts-layer-003.k3s: FAILED (expert_layers count is 4, the header says 8; expert_layers stride is "
+              "8192, the header says 4096)\n");
     CHECK_OUT("trunk-layer-001.k3s: OK\n");                   /* --quick does not hash */
     k3_manifest_free(&m);
 }

@@ -1,7 +1,8 @@
 /*
  * test_verify_hostile.c - k3verify (and k3inspect on packs) against packs
  * made to mislead: names that try to forge output lines, FIFOs where files
- * should be, a manifest whose record layout repeats a part. Each must end
+ * should be, a manifest whose record layout repeats a part, an E8M0 scale of
+ * 255 behind matching hashes, manifest ranges past or over each other. Each must end
  * in a FAILED line and the right exit code, never a hang, a crash or a
  * forged "OK".
  */
@@ -66,7 +67,9 @@ static void test_fifos(void)
 }
 
 /* The manifest names w1.weight_packed twice and leaves out w3.weight_packed:
-   the part count still equals the header's, but the layout is wrong. */
+   the part count still equals the header's, but the layout is wrong. Where the
+   repeated part also repeats w1's bytes, the record layout overlaps itself and
+   the manifest reader refuses it, naming the field. */
 static void test_repeated_part(void)
 {
     k3_manifest m;
@@ -75,9 +78,15 @@ static void test_repeated_part(void)
     k3_mf_experts *x = &m.expert_layers[0];
     REQUIRE(!strcmp(x->parts[0].name, "w1.weight_packed") && !strcmp(x->parts[2].name, "w3.weight_packed"));
     char *keep = x->parts[2].name;
+    uint64_t off2 = x->parts[2].offset;
     x->parts[2] = x->parts[0];
     x->parts[2].name = k3tp_strdup(x->parts[0].name);
     free(keep);
+    REQUIRE(k3tp_write_manifest(dir, &m, &d) == K3_OK);
+    CHECK_EXIT(run_dir("--quick", dir), 1);
+    CHECK_OUT("manifest.json: FAILED (expert_layers[0].parts[2]: bytes [0, +");
+    CHECK_OUT("overlap the part before");
+    x->parts[2].offset = off2;                          /* w1's name and shape, w3's place */
     REQUIRE(k3tp_write_manifest(dir, &m, &d) == K3_OK);
     CHECK_EXIT(run_dir("--quick", dir), 1);
     CHECK_OUT("experts-layer-001.k3s: FAILED (");
@@ -101,6 +110,67 @@ static void test_tmp_lookalike(void)
     k3_manifest_free(&m);
 }
 
+/* An E8M0 scale of 255 (NaN) with every hash matching it: named by expert, layer and part. */
+static void test_nan_scale(void)
+{
+    k3_manifest m;
+    const char *dir = fresh("nan-scale", &m);
+    k3_diag d;
+    k3_mf_experts *x = &m.expert_layers[1];                  /* layer 2 */
+    REQUIRE(x->layer == 2 && !strcmp(x->parts[3].name, "w3.weight_scale"));
+    uint64_t rec = x->offset + 6 * x->stride, at = rec + x->parts[3].offset + 5;
+    char p[8200], *buf;
+    size_t len;
+    snprintf(p, sizeof p, "%s/experts-layer-002.k3s", dir);
+    REQUIRE(k3_read_file(p, 1u << 26, &buf, &len, &d) == K3_OK);
+    buf[at] = (char)0xFF;
+    REQUIRE(k3tp_write_file(dir, "experts-layer-002.k3s", buf, len, &d) == K3_OK);
+    x->hashes[6] = k3_xxh3_64(buf + rec, (size_t)x->record_size);
+    m.shards[x->shard].hash = k3_xxh3_128(buf, len);
+    free(buf);
+    REQUIRE(k3tp_write_manifest(dir, &m, &d) == K3_OK);
+    CHECK_EXIT(run_dir("--quick", dir), 0);
+    CHECK_EXIT(run_dir("", dir), 1);
+    char want[256];
+    snprintf(want, sizeof want, "experts-layer-002.k3s: FAILED (expert 6 of layer 2, part 'w3.weight_scale': scale "
+             "byte at offset %llu is 255, NaN in E8M0)\n", (unsigned long long)at);
+    CHECK_OUT(want);
+    CHECK_ERR("1 of 9 shards FAILED");
+    CHECK_EXIT(run_dir("--json", dir), 1);
+    CHECK_OUT("\"kind\":\"value\"");
+    k3_manifest_free(&m);
+}
+
+/* Manifest ranges past the end of their shard or overlapping: refused by the reader, the field named. */
+static void test_manifest_ranges(void)
+{
+    k3_manifest m;
+    const char *dir = fresh("ranges", &m);
+    k3_diag d;
+    k3_mf_tensor *t = &m.tensors[2];
+    uint64_t keep = t->offset;
+    t->offset = m.shards[t->shard].size - t->size + 1;
+    REQUIRE(k3tp_write_manifest(dir, &m, &d) == K3_OK);
+    CHECK_EXIT(run_dir("--quick", dir), 1);
+    CHECK_OUT("manifest.json: FAILED (tensors[2].offset: bytes [");
+    CHECK_OUT("end past the end of shard");
+    t->offset = m.tensors[1].offset;                         /* on the tensor before it */
+    REQUIRE(t->shard == m.tensors[1].shard);
+    REQUIRE(k3tp_write_manifest(dir, &m, &d) == K3_OK);
+    CHECK_EXIT(run_dir("--quick", dir), 1);
+    CHECK_OUT("manifest.json: FAILED (tensors[2].offset: bytes [");
+    CHECK_OUT("overlap the shard header or the tensor listed before it");
+    t->offset = keep;
+    free(m.expert_layers[0].hashes);
+    m.expert_layers[0].hashes = calloc(1000, sizeof *m.expert_layers[0].hashes);   /* [count] */
+    REQUIRE(m.expert_layers[0].hashes);
+    m.expert_layers[0].count = 1000;
+    REQUIRE(k3tp_write_manifest(dir, &m, &d) == K3_OK);
+    CHECK_EXIT(run_dir("--quick", dir), 1);
+    CHECK_OUT("manifest.json: FAILED (expert_layers[0]: 1000 records of ");
+    k3_manifest_free(&m);
+}
+
 int main(void)
 {
     find_binary();
@@ -111,6 +181,8 @@ int main(void)
     test_fifos();
     test_repeated_part();
     test_tmp_lookalike();
+    test_nan_scale();
+    test_manifest_ranges();
     free(g_out);
     free(g_err);
     return k3_test_done();

@@ -2,7 +2,8 @@
  * test_verify_mkpack.h - write a small but complete synthetic k3 pack
  * (docs/FORMAT.md) with the library's own writers: k3_shard_init/add/layout/
  * encode for the shards, k3_manifest_dump for manifest.json. Data are
- * deterministic pseudo-random bytes, hashes are real, padding is zero, so
+ * deterministic pseudo-random bytes (E8M0 scales below 255, the NaN code),
+ * hashes are real, padding is zero, so
  * k3verify must say OK; tests then damage one thing at a time.
  *
  * The pack is complete for the real config it carries (k3tp_config: K3-style,
@@ -158,8 +159,12 @@ static inline k3_err k3tp_emit_shard(const char *dir, k3_manifest *m, uint32_t s
         uint64_t *rh = malloc((h->n_records + 1) * sizeof *rh);  /* [n_records], owned by m */
         for (uint64_t r = 0; r < h->n_records; r++) {
             uint8_t *rec = buf + h->data_offset + r * h->record_stride;
-            for (uint32_t p = 0; p < h->n_entries; p++)         /* parts only; gaps stay zero */
-                k3tp_fill(rec + h->entries[p].offset, h->entries[p].size, seed);
+            for (uint32_t p = 0; p < h->n_entries; p++) {       /* parts only; gaps stay zero */
+                uint8_t *part = rec + h->entries[p].offset;
+                k3tp_fill(part, h->entries[p].size, seed);
+                for (uint64_t k = 0; h->entries[p].encoding == K3_ENC_E8M0 && k < h->entries[p].size; k++)
+                    part[k] = (uint8_t)(part[k] % 255);          /* scale codes 0..254: 255 is NaN */
+            }
             rh[r] = k3_xxh3_64(rec, (size_t)h->record_size);
         }
         e = k3_manifest_describe_shard(m, si, h, NULL, rh, d);
