@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,11 +37,19 @@ static const k3_opt opts[] = {
 static const char usage_footer[] =
     "SRC is a checkpoint directory (config.json, model-*.safetensors, model.safetensors.index.json,\n"
     "tiktoken.model, tokenizer_config.json), a single .safetensors file with config.json beside it,\n"
-    "or a .tar / .tar.gz / .tar.zst of such a directory ('-' reads the archive from stdin; config.json\n"
-    "must come before the weights in it). The input is validated against config.json before anything\n"
-    "is written. An interrupted run (even kill -9) resumes when rerun with the same arguments and gives\n"
-    "the same bytes. The same checkpoint gives the same pack whatever --threads and the kind of input.\n"
+    "or a .tar / .tar.gz / .tar.zst of such a directory ('-' reads the archive from stdin, where config.json\n"
+    "must come before the weights: tar -cf - --sort=name -C DIR . makes such an archive; an archive file\n"
+    "in any order is read twice when config.json comes late). The input is validated against config.json\n"
+    "before anything is written. An interrupted run (Ctrl-C, kill -9, a full disk) resumes when rerun with\n"
+    "the same arguments and gives the same bytes; a resume from input files that changed is refused\n"
+    "(--force starts over). The same checkpoint gives the same pack whatever --threads and the input kind.\n"
     "\nExample:\n  k3pack ~/models/Kimi-K3 -o ~/packs/k3 && k3verify ~/packs/k3\n";
+
+static void on_signal(int sig)
+{
+    pk_interrupted = sig;
+    signal(sig, SIG_DFL);         /* a second Ctrl-C stops at once */
+}
 
 static int is_archive(const char *src)
 {
@@ -109,6 +118,12 @@ int main(int argc, char **argv)
     if (threads < 1 || threads > 256) return k3_usage_error("'--threads' must be between 1 and 256");
     const char *src = a.pos[0];
     double t0 = k3_now();
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;    /* no SA_RESTART: a read from stdin returns, the source polls the flag */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
 
     /* 1. open the input and read config.json */
     int archive = is_archive(src);
@@ -155,6 +170,8 @@ int main(int argc, char **argv)
     size_t n_skipped = 0;
     k3_ckpt_match match;
     memset(&match, 0, sizeof match);
+    pk_input *inputs = NULL;      /* [n_inputs] what the resume fingerprint covers */
+    size_t n_inputs = 0;
     if ((e = pk_plan_build(&plan, config, config_len, mode, &d))) {
         rc = fail(e, &d, json);
         goto out_src;
@@ -165,6 +182,7 @@ int main(int argc, char **argv)
         e = k3_ckpt_match_config(&ck, &plan.cfg, &xl, print_problem, NULL, &match, &d);
         k3_xlist_free(&xl);
         if (e) { rc = fail(e, &d, json); goto out_plan; }
+        if ((e = pk_inputs_from_ckpt(&ck, &inputs, &n_inputs, &d))) { rc = fail(e, &d, json); goto out_plan; }
         skipped = calloc(match.n_skipped + 1, sizeof *skipped);
         if (!skipped) { rc = fail(k3_fail(&d, K3_ERR_NOMEM, "out of memory"), &d, json); goto out_plan; }
         for (size_t i = 0; i < match.n_skipped; i++) skipped[i] = (char *)ck.tensors[match.skipped[i]].name;
@@ -182,15 +200,27 @@ int main(int argc, char **argv)
     }
 
     /* 3. the output directory: lock, resume, space */
-    int lock_fd = -1;
-    if ((e = pk_prepare_output(out, k3_opt_count(&a, O_FORCE) > 0, &lock_fd, &d))) {
+    int lock_fd = -1, finished_journal = 0, force = k3_opt_count(&a, O_FORCE) > 0;
+    if ((e = pk_prepare_output(out, force, &lock_fd, &finished_journal, &d))) {
         rc = fail(e, &d, json);
         goto out_plan;
     }
     pk_writer w;
-    if ((e = pk_writer_init(&w, &plan, out, json, &d)) || (e = pk_resume(&w, &d))) {
+    if ((e = pk_writer_init(&w, &plan, out, json, &d))) {
         rc = fail(e, &d, json);
         goto out_lock;
+    }
+    if (archive) pk_set_inputs(&w, ar.input.name[0] ? &ar.input : NULL, ar.input.name[0] ? 1 : 0);
+    else pk_set_inputs(&w, inputs, n_inputs);
+    if (finished_journal) {
+        /* killed after manifest.json, before the journal went: this is our pack, finished */
+        if ((e = pk_finished_journal(&w, &d))) rc = fail(e, &d, json);
+        else k3_info("'%s' holds this pack, finished; removed the journal an interrupted run left", out);
+        goto out_writer;
+    }
+    if ((e = pk_resume(&w, force, &d))) {
+        rc = fail(e, &d, json);
+        goto out_writer;
     }
     uint64_t need = 0, avail;
     for (uint32_t s = 0; s < plan.n_shards; s++)
@@ -210,7 +240,7 @@ int main(int argc, char **argv)
     /* 4. write */
     k3_progress_start(&w.prog, "k3pack", plan.src_bytes);
     if (archive) e = pk_archive_pack(&ar, &w, &d);
-    else e = pk_pack_from_checkpoint(&w, &ck, (int)threads, &d);
+    else e = pk_pack_from_checkpoint(&w, &ck, inputs, (int)threads, &d);
     if (archive && !e) {
         for (int i = 0; i < PK_MAX_TOK; i++) {
             tok_data[i] = ar.tok_data[i];
@@ -224,6 +254,10 @@ int main(int argc, char **argv)
     if (e) {
         pk_writer_abort(&w);
         rc = fail(e, &d, json);
+        if (e == K3_ERR_NOSPACE || pk_interrupted)
+            k3_error("%u of %u shards are finished and kept in '%s' (its journal lists them); %srerun the same "
+                     "command to resume", w.shards_done, plan.n_shards, out,
+                     e == K3_ERR_NOSPACE ? "free space on its file system, then " : "");
         goto out_writer;
     }
 
@@ -279,5 +313,10 @@ out_src:
     k3_ckpt_match_free(&match);
     if (archive) pk_archive_close(&ar);
     else k3_st_close(&ck);
+    free(inputs);
+    if (pk_interrupted && rc != K3_EXIT_OK) {   /* die of the signal, as the shell expects (exit status 128 + n) */
+        signal(pk_interrupted, SIG_DFL);
+        raise(pk_interrupted);
+    }
     return rc;
 }

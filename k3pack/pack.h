@@ -10,6 +10,7 @@
 #define K3PACK_PACK_H
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -95,7 +96,10 @@ typedef struct pk_writer {
     uint32_t shards_done;       /* finished or resumed shards, for progress */
     k3_progress prog;
     pthread_mutex_t lock;       /* journal, stats, progress */
-    char fingerprint[33];
+    char fingerprint[33];       /* pk_writer_init: config + options; pk_set_inputs: + the input files */
+    char config_fp[33];         /* the config + options part alone (to say what changed) */
+    const struct pk_input *inputs;  /* [n_inputs] owned by the caller; NULL from stdin */
+    size_t n_inputs;
 } pk_writer;
 
 /* Per-item state while its bytes arrive (in order, in chunks of any size). */
@@ -123,16 +127,39 @@ k3_err pk_shard_finish(pk_writer *w, uint32_t s, k3_diag *d);
 /* Remove every open temporary file (on failure). */
 void pk_writer_abort(pk_writer *w);
 
+/* ------------------------------------------------- what the input is */
+
+/* One input file as the resume fingerprint sees it: a checkpoint's
+   .safetensors file (header = XXH3-128 of its 8 + N header bytes), or an
+   archive file (header zero: its size and mtime stand for its content). */
+typedef struct pk_input {
+    char name[256];             /* file name (no directory) */
+    uint64_t size;
+    int64_t mtime_ns;
+    k3_h128 header;
+} pk_input;
+
+/* The checkpoint's .safetensors files, in name order (pack_source_dir.c). */
+k3_err pk_inputs_from_ckpt(const k3_st_ckpt *ck, pk_input **out, size_t *n, k3_diag *d);
+/* Extend w->fingerprint with the inputs (none: stdin, nothing to identify it). */
+void pk_set_inputs(pk_writer *w, const pk_input *in, size_t n);
+
 /* ------------------------------------------- output directory and journal */
 
 #define PK_JOURNAL ".k3pack.journal"
 
 /* Create (if needed) and lock (flock on the directory) the output directory; refuse a finished pack
-   (unless force) or a directory with foreign files; clean stale temporaries. */
-k3_err pk_prepare_output(const char *out_dir, int force, int *lock_fd, k3_diag *d);
+   (unless force) or a directory with foreign files; clean stale temporaries. A finished pack that
+   still has its journal (a run killed between writing manifest.json and removing the journal) is
+   not refused here: *finished_journal is set and the caller decides with pk_finished_journal. */
+k3_err pk_prepare_output(const char *out_dir, int force, int *lock_fd, int *finished_journal, k3_diag *d);
 k3_err pk_journal_write(pk_writer *w, k3_diag *d);           /* caller holds w->lock */
-/* Take over shards an earlier run finished (journal + header + re-hash). */
-k3_err pk_resume(pk_writer *w, k3_diag *d);
+/* Take over shards an earlier run finished (journal + header + re-hash). A journal of another
+   input or other options is refused, or with force discarded (the pack starts over). */
+k3_err pk_resume(pk_writer *w, int force, k3_diag *d);
+/* The finished pack's leftover journal: same fingerprint -> remove it (K3_OK, the pack is this
+   run's result); otherwise the refusal a finished pack gets. */
+k3_err pk_finished_journal(pk_writer *w, k3_diag *d);
 /* Write tokenizer copies and manifest.json (last), then drop the journal. */
 k3_err pk_finish_pack(pk_writer *w, const char *const *tok_names, char *const *tok_data,
                       const size_t *tok_len, int n_tok, char *const *skipped, size_t n_skipped,
@@ -141,7 +168,14 @@ k3_err pk_finish_pack(pk_writer *w, const char *const *tok_names, char *const *t
 /* ---------------------------------------------------------------- sources */
 
 /* Copy every planned tensor from an opened checkpoint (directory or file). */
-k3_err pk_pack_from_checkpoint(pk_writer *w, const k3_st_ckpt *ck, int threads, k3_diag *d);
+k3_err pk_pack_from_checkpoint(pk_writer *w, const k3_st_ckpt *ck, const pk_input *in, int threads,
+                                k3_diag *d);
+
+/* SIGINT / SIGTERM: set by main's signal handler, polled between chunks by the sources
+   (pack_journal.c). */
+extern volatile sig_atomic_t pk_interrupted;   /* the signal number, 0 = none */
+/* K3_ERR_IO "interrupted" if a signal came; else K3_OK. */
+k3_err pk_check_interrupt(k3_diag *d);
 
 /* Archive input (pack_source_archive.c): one sequential pass over a tar,
    tar.gz or tar.zst (libarchive), from a file or stdin ("-"). */
@@ -158,9 +192,13 @@ typedef struct pk_archive {
     size_t tok_len[PK_MAX_TOK];
     char **skipped;             /* [n_skipped] vision tensors met */
     size_t n_skipped;
+    int two_pass;               /* config.json was found by a first pass: skip it once */
+    pk_input input;             /* the archive file (size, mtime); unused for stdin */
 } pk_archive;
 
-/* Open and read entries up to config.json (which must precede the weights). */
+/* Open and read entries up to config.json. From stdin it must precede the weights; an archive
+   file where it does not is read twice: a first pass finds config.json, the packing pass starts
+   again from the beginning. ar->input is the archive file's identity for the fingerprint. */
 k3_err pk_archive_open(pk_archive *ar, const char *src, k3_diag *d);
 /* Stream the remaining entries into the pack; checks completeness at the end. */
 k3_err pk_archive_pack(pk_archive *ar, pk_writer *w, k3_diag *d);

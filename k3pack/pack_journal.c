@@ -4,9 +4,17 @@
  * SIGKILL), and finishing the pack (tokenizer copies, manifest.json last).
  *
  * Journal (.k3pack.journal, rewritten crash-safely after every shard):
- *   {"k3pack_journal": 1, "fingerprint": HEX, "done": [{"name", "size", "xxh3_128"}]}
- * The fingerprint covers config.json, the expert handling and the format
- * version: a journal from another checkpoint or other options is refused.
+ *   {"k3pack_journal": 1, "fingerprint": HEX, "config_fingerprint": HEX,
+ *    "inputs": [{"name", "size", "mtime_ns", "header_xxh3_128"}],
+ *    "done": [{"name", "size", "xxh3_128"}]}
+ * config_fingerprint covers config.json, the expert handling and the format
+ * version (pk_writer_init); fingerprint adds every input file (pk_set_inputs):
+ * XXH3-128 of config_fingerprint's 32 hex digits, then per file in name order
+ * its name, a NUL, size and mtime_ns as 8 bytes little-endian each, and the
+ * 32 hex digits of the XXH3-128 of its safetensors header (8 + N bytes; all
+ * zero for an archive file, whose size and mtime stand for it). A journal with
+ * another fingerprint is refused, naming what changed, or discarded with
+ * --force. From stdin nothing identifies the input: only config_fingerprint.
  */
 #include "pack.h"
 
@@ -54,25 +62,50 @@ static k3_err check_output(const char *out, int force, int *finished, k3_diag *d
     return K3_OK;
 }
 
-k3_err pk_prepare_output(const char *out, int force, int *lock_fd, k3_diag *d)
+static int has_journal(const char *out)
+{
+    char p[4096];
+    struct stat st;
+    return k3_path_join(p, sizeof p, out, PK_JOURNAL, NULL) == K3_OK && lstat(p, &st) == 0;
+}
+
+volatile sig_atomic_t pk_interrupted;
+
+k3_err pk_check_interrupt(k3_diag *d)
+{
+    int sig = pk_interrupted;
+    return sig ? k3_fail(d, K3_ERR_IO, "interrupted by %s", sig == SIGINT ? "SIGINT" : "SIGTERM") : K3_OK;
+}
+
+k3_err pk_prepare_output(const char *out, int force, int *lock_fd, int *finished_journal, k3_diag *d)
 {
     struct stat st;
     int finished = 0;
     k3_err e;
+    *finished_journal = 0;
+    /* a finished pack with its journal still there is judged by the caller (pk_finished_journal) */
+    int fj = !force && has_journal(out);
     if (stat(out, &st) != 0) {
         if (errno != ENOENT) return k3_fail(d, K3_ERR_IO, "cannot access '%s': %s", out, strerror(errno));
-        if (mkdir(out, 0755) != 0) return k3_fail(d, K3_ERR_IO, "cannot create '%s': %s", out, strerror(errno));
+        if (mkdir(out, 0755) != 0)
+            return k3_fail(d, errno == ENOSPC ? K3_ERR_NOSPACE : K3_ERR_IO, "cannot create '%s': %s", out,
+                           strerror(errno));
     } else if (!S_ISDIR(st.st_mode)) {
         return k3_fail(d, K3_ERR_USAGE, "'%s' exists and is not a directory", out);
-    } else if ((e = check_output(out, force, &finished, d))) {
+    } else if ((e = check_output(out, force || fj, &finished, d))) {
         return e;
     }
     if ((e = k3_lock_dir(out, lock_fd, d))) return e;
     /* again under the lock: the authoritative check */
-    if ((e = check_output(out, force, &finished, d))) {
+    fj = !force && has_journal(out);
+    if ((e = check_output(out, force || fj, &finished, d))) {
         close(*lock_fd);
         *lock_fd = -1;
         return e;
+    }
+    if (finished && fj) {
+        *finished_journal = 1;
+        return K3_OK;
     }
     if (finished) {
         /* --force: the pack becomes unfinished first, then every file of it goes */
@@ -101,6 +134,19 @@ k3_err pk_journal_write(pk_writer *w, k3_diag *d)
     json_t *root = json_object(), *done = json_array();
     json_object_set_new(root, "k3pack_journal", json_integer(1));
     json_object_set_new(root, "fingerprint", json_string(w->fingerprint));
+    json_object_set_new(root, "config_fingerprint", json_string(w->config_fp));
+    json_t *inputs = json_array();
+    for (size_t i = 0; i < w->n_inputs; i++) {
+        char hex[33];
+        k3_hex128(w->inputs[i].header, hex);
+        json_t *o = json_object();
+        json_object_set_new(o, "name", json_string(w->inputs[i].name));
+        json_object_set_new(o, "size", json_integer((json_int_t)w->inputs[i].size));
+        json_object_set_new(o, "mtime_ns", json_integer((json_int_t)w->inputs[i].mtime_ns));
+        json_object_set_new(o, "header_xxh3_128", json_string(hex));
+        json_array_append_new(inputs, o);
+    }
+    json_object_set_new(root, "inputs", inputs);
     for (uint32_t s = 0; s < w->p->n_shards; s++) {
         if (!w->done[s]) continue;
         char hex[33];
@@ -148,7 +194,124 @@ static int take_over(pk_writer *w, uint32_t s, const k3_h128 *want)
     return ok;
 }
 
-k3_err pk_resume(pk_writer *w, k3_diag *d)
+void pk_set_inputs(pk_writer *w, const pk_input *in, size_t n)
+{
+    memcpy(w->config_fp, w->fingerprint, sizeof w->config_fp);
+    w->inputs = in;
+    w->n_inputs = n;
+    if (!n) return;
+    k3_hasher *h = k3_hasher_new();
+    if (!h) return;            /* out of memory: the config fingerprint alone (the journal check stays) */
+    k3_hasher_update(h, w->config_fp, 32);
+    for (size_t i = 0; i < n; i++) {
+        uint8_t num[16];
+        char hex[33];
+        for (int b = 0; b < 8; b++) {
+            num[b] = (uint8_t)(in[i].size >> (8 * b));
+            num[8 + b] = (uint8_t)((uint64_t)in[i].mtime_ns >> (8 * b));
+        }
+        k3_hasher_update(h, in[i].name, strlen(in[i].name) + 1);
+        k3_hasher_update(h, num, sizeof num);
+        k3_hex128(in[i].header, hex);
+        k3_hasher_update(h, hex, 32);
+    }
+    k3_hex128(k3_hasher_digest(h), w->fingerprint);
+    k3_hasher_free(h);
+}
+
+/* What differs between the journal's inputs and ours, for the refusal. */
+static void describe_change(const pk_writer *w, json_t *root, char *out, size_t cap)
+{
+    const char *cfp = json_string_value(json_object_get(root, "config_fingerprint"));
+    json_t *inputs = json_object_get(root, "inputs");
+    char esc[300];
+    if (!cfp || !json_is_array(inputs)) {
+        snprintf(out, cap, "it was started by an older k3pack that did not record its input files");
+        return;
+    }
+    if (strcmp(cfp, w->config_fp)) {
+        snprintf(out, cap, "it was made from another config.json or with other --experts");
+        return;
+    }
+    if (!w->inputs) {
+        snprintf(out, cap, "it was made from input files, and stdin cannot be compared with them");
+        return;
+    }
+    size_t i;
+    json_t *o;
+    json_array_foreach(inputs, i, o) {
+        const char *name = json_string_value(json_object_get(o, "name"));
+        if (!name) break;
+        const pk_input *now = NULL;
+        for (size_t k = 0; k < w->n_inputs && !now; k++)
+            if (!strcmp(w->inputs[k].name, name)) now = &w->inputs[k];
+        k3_escape(name, strlen(name), esc, sizeof esc);
+        if (!now) {
+            snprintf(out, cap, "'%s' was part of its input and is not now", esc);
+            return;
+        }
+        char hex[33];
+        k3_hex128(now->header, hex);
+        const char *hh = json_string_value(json_object_get(o, "header_xxh3_128"));
+        if ((uint64_t)json_integer_value(json_object_get(o, "size")) != now->size) {
+            snprintf(out, cap, "'%s' was %lld bytes then and is %llu now", esc,
+                     (long long)json_integer_value(json_object_get(o, "size")), (unsigned long long)now->size);
+            return;
+        }
+        if (!hh || strcmp(hh, hex)) {
+            snprintf(out, cap, "the safetensors header of '%s' has changed", esc);
+            return;
+        }
+        if (json_integer_value(json_object_get(o, "mtime_ns")) != now->mtime_ns) {
+            snprintf(out, cap, "'%s' has been modified since (its modification time changed)", esc);
+            return;
+        }
+    }
+    for (size_t k = 0; k < w->n_inputs; k++) {
+        int found = 0;
+        json_array_foreach(inputs, i, o) {
+            const char *name = json_string_value(json_object_get(o, "name"));
+            if (name && !strcmp(name, w->inputs[k].name)) found = 1;
+        }
+        if (!found) {
+            snprintf(out, cap, "'%s' was not part of its input",
+                     k3_escape(w->inputs[k].name, strlen(w->inputs[k].name), esc, sizeof esc));
+            return;
+        }
+    }
+    snprintf(out, cap, "its input files differ");
+}
+
+/* Drop the journal of another input (--force): its shards are rewritten,
+   and pack-named files this plan does not hold are removed at the end. */
+static k3_err discard_journal(pk_writer *w, const char *path, const char *why, k3_diag *d)
+{
+    k3_warn("discarding the unfinished pack in '%s' (%s); starting over", w->out_dir, why);
+    if (unlink(path) != 0 && errno != ENOENT)
+        return k3_fail(d, K3_ERR_IO, "cannot remove '%s': %s", path, strerror(errno));
+    return k3_fsync_dir(w->out_dir, d);
+}
+
+k3_err pk_finished_journal(pk_writer *w, k3_diag *d)
+{
+    char path[4096], *text;
+    size_t len;
+    k3_err e = k3_path_join(path, sizeof path, w->out_dir, PK_JOURNAL, d);
+    if (!e) e = k3_read_file(path, 64u << 20, &text, &len, d);
+    if (e) return e;
+    json_error_t je;
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    free(text);
+    const char *fp = json_string_value(json_object_get(root, "fingerprint"));
+    int same = fp && !strcmp(fp, w->fingerprint);
+    json_decref(root);
+    if (!same)
+        return k3_fail(d, K3_ERR_USAGE, "'%s' already holds a finished pack; use --force to replace it", w->out_dir);
+    if (unlink(path) != 0) return k3_fail(d, K3_ERR_IO, "cannot remove '%s': %s", path, strerror(errno));
+    return k3_fsync_dir(w->out_dir, d);
+}
+
+k3_err pk_resume(pk_writer *w, int force, k3_diag *d)
 {
     char path[4096], *text;
     size_t len;
@@ -167,9 +330,12 @@ k3_err pk_resume(pk_writer *w, k3_diag *d)
         return K3_OK;
     }
     if (strcmp(json_string_value(fp), w->fingerprint)) {
+        char why[600];
+        describe_change(w, root, why, sizeof why);
         json_decref(root);
-        return k3_fail(d, K3_ERR_USAGE, "'%s' holds an unfinished pack of another checkpoint or other options; "
-                       "remove it or choose another output directory", w->out_dir);
+        if (force) return discard_journal(w, path, why, d);
+        return k3_fail(d, K3_ERR_USAGE, "'%s' holds an unfinished pack of another input: %s. Rerun with --force "
+                       "to discard it and start over, or choose another output directory", w->out_dir, why);
     }
     size_t i;
     json_t *o;

@@ -1,7 +1,13 @@
 /*
  * pack_source_archive.c - k3pack straight from a tar / tar.gz / tar.zst (or
- * stdin), in one sequential pass with bounded memory: config.json must come
- * before the weights (a tar made from a sorted listing has it first); each
+ * stdin), in one sequential pass with bounded memory when config.json comes
+ * before the weights (a tar made from a sorted listing has it first). When it
+ * comes later (`tar -cf - .` lists files in directory order), an archive file
+ * is read twice: a first pass stops at config.json (an uncompressed tar skips
+ * the data with lseek; a compressed one is decompressed up to config.json),
+ * then the archive is opened again and packed from its start. From stdin that
+ * is impossible, and the error gives the tar command that puts config.json
+ * first. In the packing pass each
  * safetensors entry's header is read and validated, then its tensors stream
  * into their planned places in the shards (pwrite), whatever the order of the
  * entries. A shard is finished (hashed, renamed, journalled) as soon as its
@@ -12,9 +18,11 @@
 
 #include <archive.h>
 #include <archive_entry.h>
+#include <errno.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "k3_checked.h"
 #include "k3_ckpt_check.h"
@@ -129,26 +137,71 @@ static int side_file(pk_archive *ar, struct archive_entry *en, const char *name,
     return 0;
 }
 
+static k3_err open_archive(pk_archive *ar, k3_diag *d)
+{
+    if (ar->a) archive_read_free(ar->a);
+    ar->a = archive_read_new();
+    if (!ar->a) return k3_fail(d, K3_ERR_NOMEM, "out of memory");
+    archive_read_support_filter_all(ar->a);
+    archive_read_support_format_tar(ar->a);
+    int r = !strcmp(ar->src, "-") ? archive_read_open_fd(ar->a, 0, PK_BLOCK)
+                                   : archive_read_open_filename(ar->a, ar->src, PK_BLOCK);
+    if (r != ARCHIVE_OK) {
+        const char *msg = archive_error_string(ar->a);
+        return k3_fail(d, msg && strstr(msg, "No such file") ? K3_ERR_NOT_FOUND : K3_ERR_FORMAT,
+                       "cannot read '%s' as an archive: %s", ar->src, msg ? msg : "unknown error");
+    }
+    return K3_OK;
+}
+
+/* The first pass of an archive file whose config.json comes after weights:
+   on to config.json, skipping every entry's data (side files are read in the
+   packing pass). */
+static k3_err find_config(pk_archive *ar, const char *first_weights, k3_diag *d)
+{
+    char esc[300];
+    k3_info("'%s': config.json is not before the weights (first '%s'); reading the archive once to find it, "
+            "then packing from its start", ar->src, k3_escape(first_weights, strlen(first_weights), esc, sizeof esc));
+    struct archive_entry *en;
+    for (;;) {
+        const char *name = NULL;
+        k3_err e = pk_check_interrupt(d);
+        if (e) return e;
+        if (next_entry(ar, &en, &name, &e, d))
+            return k3_fail(d, K3_ERR_MODEL, "'%s': the archive holds no config.json", ar->src);
+        if (e) return e;
+        if (archive_entry_filetype(en) != AE_IFDIR && !strcmp(name, "config.json")) {
+            if ((e = read_small(ar, en, name, &ar->config, &ar->config_len, d))) return e;
+            break;
+        }
+    }
+    ar->two_pass = 1;
+    for (int i = 0; i < PK_MAX_TOK; i++) { free(ar->tok_data[i]); ar->tok_data[i] = NULL; }
+    free(ar->index);
+    ar->index = NULL;
+    return open_archive(ar, d);
+}
+
 k3_err pk_archive_open(pk_archive *ar, const char *src, k3_diag *d)
 {
     memset(ar, 0, sizeof *ar);
     ar->src = src;
     ar->tok_names[0] = "tiktoken.model";
     ar->tok_names[1] = "tokenizer_config.json";
-    ar->a = archive_read_new();
-    if (!ar->a) return k3_fail(d, K3_ERR_NOMEM, "out of memory");
-    archive_read_support_filter_all(ar->a);
-    archive_read_support_format_tar(ar->a);
-    int r = !strcmp(src, "-") ? archive_read_open_fd(ar->a, 0, PK_BLOCK) : archive_read_open_filename(ar->a, src, PK_BLOCK);
-    if (r != ARCHIVE_OK) {
-        const char *msg = archive_error_string(ar->a);
-        return k3_fail(d, msg && strstr(msg, "No such file") ? K3_ERR_NOT_FOUND : K3_ERR_FORMAT,
-                       "cannot read '%s' as an archive: %s", src, msg ? msg : "unknown error");
+    k3_err e = open_archive(ar, d);
+    if (e) return e;
+    if (strcmp(src, "-")) {
+        /* the resume fingerprint's input: the archive file's size and mtime stand for its content */
+        struct stat st;
+        if (stat(src, &st) != 0) return k3_fail(d, K3_ERR_IO, "cannot stat '%s': %s", src, strerror(errno));
+        snprintf(ar->input.name, sizeof ar->input.name, "%s", base_name(src));
+        ar->input.size = (uint64_t)st.st_size;
+        ar->input.mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
     }
     struct archive_entry *en;
     for (;;) {
         const char *name = NULL;
-        k3_err e = K3_OK;
+        e = K3_OK;
         if (next_entry(ar, &en, &name, &e, d))
             return k3_fail(d, K3_ERR_MODEL, "'%s': the archive holds no config.json", src);
         if (e) return e;
@@ -158,9 +211,22 @@ k3_err pk_archive_open(pk_archive *ar, const char *src, k3_diag *d)
             if (e) return e;
             continue;
         }
-        if (ends_with(name, ".safetensors"))
-            return k3_fail(d, K3_ERR_USAGE, "'%s': '%s' comes before config.json in the archive; k3pack reads "
-                           "the archive once, so config.json must come first (tar a sorted listing)", src, name);
+        if (ends_with(name, ".safetensors")) {
+            char esc[300];
+            k3_escape(name, strlen(name), esc, sizeof esc);
+            if (strcmp(src, "-")) {
+                char *first = strdup(esc);
+                if (!first) return k3_fail(d, K3_ERR_NOMEM, "out of memory");
+                e = find_config(ar, first, d);
+                free(first);
+                return e;
+            }
+            return k3_fail(d, K3_ERR_USAGE, "'%s': '%s' comes before config.json in the archive on stdin; k3pack "
+                           "reads stdin once, so config.json must come first. Make the archive with "
+                           "'tar -cf - --sort=name -C CHECKPOINT_DIR .' (GNU tar: config.json sorts before "
+                           "the model-*.safetensors files), or give k3pack the archive as a file, which it can "
+                           "read twice", src, esc);
+        }
     }
 }
 
@@ -308,6 +374,7 @@ static k3_err stream_entry(pk_archive *ar, pk_writer *w, struct archive_entry *e
         size_t n;
         la_int64_t off;
         int r = archive_read_data_block(ar->a, &buf, &n, &off);
+        if ((e = pk_check_interrupt(d))) break;
         if (r == ARCHIVE_EOF) break;
         if (r != ARCHIVE_OK && r != ARCHIVE_WARN) { e = arc_fail(ar, d, name); break; }
         if ((uint64_t)off != es.pos) {
@@ -376,11 +443,13 @@ k3_err pk_archive_pack(pk_archive *ar, pk_writer *w, k3_diag *d)
     char **entry_names = NULL;                                              /* [n_entries] */
     uint32_t n_entries = 0;
     k3_err e = seen_entry ? K3_OK : k3_fail(d, K3_ERR_NOMEM, "out of memory");
+    int config_skip = ar->two_pass;       /* the one the first pass read comes again */
     struct archive_entry *en;
     while (!e) {
         const char *name = NULL;
         if (next_entry(ar, &en, &name, &e, d) || e) break;
         if (archive_entry_filetype(en) == AE_IFDIR) continue;
+        if (!strcmp(name, "config.json") && config_skip) { config_skip = 0; continue; }
         if (!strcmp(name, "config.json")) { e = k3_fail(d, K3_ERR_FORMAT, "'%s': config.json appears twice", ar->src); break; }
         if (side_file(ar, en, name, &e, d)) continue;
         if (!ends_with(name, ".safetensors")) continue;

@@ -2,7 +2,9 @@
  * pack_source_dir.c - k3pack from a checkpoint directory or a single
  * .safetensors file: shards are written one after another (or several at once
  * with --threads), each tensor read with pread in chunks of PK_CHUNK bytes, so
- * memory stays bounded whatever the checkpoint's size.
+ * memory stays bounded whatever the checkpoint's size. Each file is checked
+ * against what was validated (size, mtime) when it is opened, and a short read
+ * says the file changed under k3pack; SIGINT / SIGTERM are noticed per chunk.
  */
 #include "pack.h"
 
@@ -10,6 +12,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "k3_log.h"
@@ -36,7 +39,13 @@ static k3_err write_shard(pk_writer *w, const k3_st_ckpt *ck, const int *fds, ui
         if ((e = pk_feed_begin(&feed, it, d))) break;
         for (uint64_t pos = 0; pos < t->nbytes && !e;) {
             size_t n = (size_t)(t->nbytes - pos < PK_CHUNK ? t->nbytes - pos : PK_CHUNK);
-            e = k3_pread_full(fd, buf, n, t->offset + pos, f->path, d);
+            e = pk_check_interrupt(d);
+            if (!e && (e = k3_pread_full(fd, buf, n, t->offset + pos, f->path, d))) {
+                struct stat st;
+                if (fstat(fd, &st) == 0 && (uint64_t)st.st_size != f->size)
+                    e = k3_fail(d, K3_ERR_IO, "'%s' changed while k3pack was reading it: it was %llu bytes and is "
+                                "%llu now", f->path, (unsigned long long)f->size, (unsigned long long)st.st_size);
+            }
             if (!e) e = pk_feed_data(w, &feed, buf, n, d);
             /* the checkpoint is read once: keep it out of the page cache */
             posix_fadvise(fd, (off_t)(t->offset + pos), (off_t)n, POSIX_FADV_DONTNEED);
@@ -52,15 +61,56 @@ static k3_err write_shard(pk_writer *w, const k3_st_ckpt *ck, const int *fds, ui
     return pk_shard_finish(w, s, d);
 }
 
-k3_err pk_pack_from_checkpoint(pk_writer *w, const k3_st_ckpt *ck, int threads, k3_diag *d)
+static int64_t mtime_ns(const struct stat *st)
+{
+    return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+}
+
+k3_err pk_inputs_from_ckpt(const k3_st_ckpt *ck, pk_input **out, size_t *n, k3_diag *d)
+{
+    pk_input *in = calloc(ck->n_files + 1, sizeof *in);          /* [n_files] */
+    uint8_t *hdr = NULL;                                         /* [8 + N] one file's header */
+    k3_err e = in ? K3_OK : k3_fail(d, K3_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < ck->n_files && !e; i++) {
+        const k3_st_file *f = &ck->files[i];
+        struct stat st;
+        int fd = k3_open_read(f->path);
+        if (fd < 0) { e = k3_fail(d, K3_ERR_IO, "cannot open '%s': %s", f->path, strerror(errno)); break; }
+        uint8_t *nb = realloc(hdr, (size_t)(8 + f->header_len));  /* validated by k3_st_open */
+        if (!nb) e = k3_fail(d, K3_ERR_NOMEM, "out of memory");
+        else if (fstat(fd, &st) != 0) e = k3_fail(d, K3_ERR_IO, "cannot stat '%s': %s", f->path, strerror(errno));
+        else if ((uint64_t)st.st_size != f->size)
+            e = k3_fail(d, K3_ERR_IO, "'%s' changed while k3pack was reading it: it was %llu bytes and is %llu now",
+                        f->path, (unsigned long long)f->size, (unsigned long long)st.st_size);
+        if (nb) hdr = nb;
+        if (!e) e = k3_pread_full(fd, hdr, (size_t)(8 + f->header_len), 0, f->path, d);
+        close(fd);
+        if (e) break;
+        snprintf(in[i].name, sizeof in[i].name, "%s", f->name);
+        in[i].size = f->size;
+        in[i].mtime_ns = mtime_ns(&st);
+        in[i].header = k3_xxh3_128(hdr, (size_t)(8 + f->header_len));
+    }
+    free(hdr);
+    if (e) { free(in); return e; }
+    *out = in;
+    *n = ck->n_files;
+    return K3_OK;
+}
+
+k3_err pk_pack_from_checkpoint(pk_writer *w, const k3_st_ckpt *ck, const pk_input *in, int threads, k3_diag *d)
 {
     int *fds = malloc((ck->n_files + 1) * sizeof *fds);         /* [n_files] */
     if (!fds) return k3_fail(d, K3_ERR_NOMEM, "out of memory");
     k3_err e = K3_OK;
     for (size_t i = 0; i < ck->n_files; i++) fds[i] = -1;
     for (size_t i = 0; i < ck->n_files && !e; i++) {
+        struct stat st;
         fds[i] = k3_open_read(ck->files[i].path);
         if (fds[i] < 0) e = k3_fail(d, K3_ERR_IO, "cannot open '%s': %s", ck->files[i].path, strerror(errno));
+        else if (fstat(fds[i], &st) != 0 || (uint64_t)st.st_size != in[i].size || mtime_ns(&st) != in[i].mtime_ns)
+            e = k3_fail(d, K3_ERR_IO, "'%s' changed after k3pack validated it (size or modification time); "
+                        "rerun k3pack when the checkpoint is stable", ck->files[i].path);
     }
     if (threads < 1) threads = 1;
     k3_diag first = {0};

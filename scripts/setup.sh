@@ -4,9 +4,10 @@
 # the Debian archive configured on this machine.
 set -eu
 
-# build: compiler, cmake, pkg-config; libraries; test reference (python3 + numpy + regex)
+# build: compiler, cmake, pkg-config; libraries; test reference (python3 + numpy + regex);
+# strace: the k3pack kill tests stop it at exact system calls (pack_resume, pack_faults)
 PKGS="gcc make cmake pkg-config libzstd-dev libxxhash-dev libarchive-dev libjansson-dev
-      libpcre2-dev python3 python3-numpy python3-regex python3-xxhash zstd bc"
+      libpcre2-dev python3 python3-numpy python3-regex python3-xxhash zstd bc strace"
 # optional: clang + libFuzzer runtime for the fuzz target (skipped silently if unavailable)
 OPTIONAL="clang libclang-rt-14-dev"
 

@@ -85,4 +85,32 @@ tar -rf "$T/dup.tar" -C "$T" dup.safetensors
 expect_exit 1 "$K3_BIN/k3pack" "$T/dup.tar" -o "$T/o4"
 expect_err "'mm_projector.pre_norm.weight' appears twice"
 no_manifest "$T/o4"
+# archives as people make them: config.json after the weights (tar -cf - . lists files in
+# directory order). An archive file is read twice (a first pass finds config.json) and gives the
+# directory's pack byte for byte, uncompressed and compressed; on stdin the error gives a command,
+# and that command (GNU tar) makes an archive k3pack takes from stdin
+"$K3_BIN/k3pack" -q "$T/ck" -o "$T/dirpack"
+(cd "$T/ck" && tar -cf "$T/late.tar" $(ls | grep -v '^config.json$') config.json)
+[ "$(tar -tf "$T/late.tar" | tail -1)" = config.json ] || fail "config.json is not last in the test archive"
+zstd -q -f "$T/late.tar" -o "$T/late.tar.zst"
+gzip -c "$T/late.tar" > "$T/late.tar.gz"
+for x in tar tar.zst tar.gz; do
+    "$K3_BIN/k3pack" -v "$T/late.$x" -o "$T/late_$x" 2>"$T/err" || { cat "$T/err"; fail "config.json last in a .$x"; }
+    expect_err "reading the archive once to find it"
+    diff -r "$T/dirpack" "$T/late_$x" >/dev/null || fail "the pack from a .$x with config.json last differs"
+done
+(cd "$T/ck" && tar -cf "$T/dot.tar" .)
+"$K3_BIN/k3pack" -q "$T/dot.tar" -o "$T/dot"
+diff -r "$T/dirpack" "$T/dot" >/dev/null || fail "the pack from 'tar -cf - .' differs"
+expect_exit 2 sh -c "zstd -dc \"\$2\" | \"\$0\" - -o \"\$1\"" "$K3_BIN/k3pack" "$T/o5" "$T/late.tar.zst"
+expect_err "'tar -cf - --sort=name -C CHECKPOINT_DIR .'"
+no_manifest "$T/o5"
+tar -cf - --sort=name -C "$T/ck" . | "$K3_BIN/k3pack" -q - -o "$T/sorted" || fail "the archive the error suggests"
+diff -r "$T/dirpack" "$T/sorted" >/dev/null || fail "the pack from the suggested command differs"
+# a second config.json (after the one the first pass found) is still an error
+cp "$T/late.tar" "$T/twice.tar"
+(cd "$T/ck" && tar -rf "$T/twice.tar" config.json)
+expect_exit 1 "$K3_BIN/k3pack" "$T/twice.tar" -o "$T/o6"
+expect_err "config.json appears twice"
+no_manifest "$T/o6"
 echo "pack_archive: OK"

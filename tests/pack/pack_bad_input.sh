@@ -83,10 +83,12 @@ head -c $((size / 2)) "$T/full.tar" | zstd -q -c > "$T/trunc.tar.zst"
 expect_exit 1 "$K3_BIN/k3pack" "$T/trunc.tar.zst" -o "$T/o6"
 no_manifest "$T/o6"
 
-# config.json after the weights in an archive
+# config.json after the weights in an archive on stdin (read once): refused, with the command
+# that makes a suitable archive (an archive file is read twice instead: pack_archive.sh)
 (cd "$T/ck" && tar -cf "$T/late.tar" model-00001-of-00004.safetensors config.json)
-expect_exit 2 "$K3_BIN/k3pack" "$T/late.tar" -o "$T/o7"
+expect_exit 2 sh -c "\"\$0\" - -o \"\$1\" < \"\$2\"" "$K3_BIN/k3pack" "$T/o7" "$T/late.tar"
 expect_err "comes before config.json"
+expect_err "tar -cf - --sort=name -C CHECKPOINT_DIR ."
 
 # a config that does not match the tensors (more experts than the shards hold)
 cp -r "$T/ck" "$T/cfg"

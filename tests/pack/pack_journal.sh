@@ -13,21 +13,35 @@ unfinish() {   # unfinish OUT NAME:HASH...
     cp -r "$T/ref" "$out"
     rm "$out/manifest.json" "$out/tiktoken.model" "$out/tokenizer_config.json"
     $PY - "$T/ck/config.json" "$T/ref/manifest.json" "$out/.k3pack.journal" "$@" <<'PYEOF'
-import json, sys
+import json, os, struct, sys
 import xxhash
 cfg, man, out = sys.argv[1:4]
-# the fingerprint k3pack computes (k3pack/pack_write.c): "k3pack-1", experts mode at 12
-# (1 = MXFP4), quantize at 13, then config.json
+# the fingerprint k3pack computes: config_fingerprint (k3pack/pack_write.c): "k3pack-1",
+# experts mode at 12 (1 = MXFP4), quantize at 13, then config.json; then (k3pack/pack_journal.c)
+# its hex digits and per input file in name order: name, NUL, size and mtime_ns (u64 LE),
+# the hex XXH3-128 of its safetensors header (8 + N bytes)
 tag = bytearray(b"k3pack-1" + bytes(8))
 tag[12] = 1
-fp = xxhash.xxh3_128_hexdigest(bytes(tag) + open(cfg, "rb").read())
+cfp = xxhash.xxh3_128_hexdigest(bytes(tag) + open(cfg, "rb").read())
+ck = os.path.dirname(cfg)
+h = cfp.encode()
+for name in sorted(n for n in os.listdir(ck) if n.endswith(".safetensors")):
+    path = os.path.join(ck, name)
+    st = os.stat(path)
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        f.seek(0)
+        hdr = f.read(8 + n)
+    h += name.encode() + b"\0" + struct.pack("<QQ", st.st_size, st.st_mtime_ns)
+    h += xxhash.xxh3_128_hexdigest(hdr).encode()
+fp = xxhash.xxh3_128_hexdigest(h)
 shards = {s["name"]: s for s in json.load(open(man))["shards"]}
 done = []
 for arg in sys.argv[4:]:
     name, h = arg.split(":")
     done.append({"name": name, "size": shards[name]["size"],
                  "xxh3_128": shards[name]["xxh3_128"] if h == "good" else h})
-json.dump({"k3pack_journal": 1, "fingerprint": fp, "done": done}, open(out, "w"))
+json.dump({"k3pack_journal": 1, "fingerprint": fp, "config_fingerprint": cfp, "done": done}, open(out, "w"))
 PYEOF
 }
 
