@@ -27,6 +27,7 @@ static int run_file(const char *path)
         }
     }
     fclose(f);
+    if (getenv("K3_FUZZ_VERBOSE")) fprintf(stderr, "%s\n", path);
     if (!buf) { fprintf(stderr, "%s: out of memory\n", path); return -1; }
     /* an exact-size copy, so ASan sees reads past the input */
     uint8_t *exact = malloc(n ? n : 1);

@@ -309,6 +309,20 @@ static void test_bad(void)
     BAD("\"hidden_size\":64", "\"hidden_size\":0", "field 'hidden_size' must be positive, not 0");
     BAD("\"hidden_size\":64", "\"hidden_size\":-64", "field 'hidden_size' = -64 is out of range");
     BAD("\"hidden_size\":64", "\"hidden_size\":4294967296", "is out of range [0, 2147483647]");
+    /* hostile sizes (issue 9): each refused by its field's name, before anything is sized from it */
+    BAD("\"hidden_size\":64", "\"hidden_size\":1099511627776",
+        "field 'hidden_size' = 1099511627776 is out of range [0, 2147483647]");
+    BAD("\"num_attention_heads\":2", "\"num_attention_heads\":0", "field 'num_attention_heads' must be positive, not 0");
+    BAD("\"num_key_value_heads\":2", "\"num_key_value_heads\":0", "field 'num_key_value_heads' must be positive, not 0");
+    BAD("\"num_heads\":2", "\"num_heads\":0", "field 'linear_attn_config.num_heads' must be positive, not 0");
+    BAD("\"kv_lora_rank\":16", "\"kv_lora_rank\":-16", "field 'kv_lora_rank' = -16 is out of range");
+    BAD("\"q_lora_rank\":null", "\"q_lora_rank\":-1", "field 'q_lora_rank' = -1 is out of range");
+    BAD("\"qk_rope_head_dim\":4", "\"qk_rope_head_dim\":-4", "field 'qk_rope_head_dim' = -4 is out of range");
+    BAD("\"num_experts\":4", "\"num_experts\":-4", "field 'num_experts' = -4 is out of range");
+    BAD("\"full_attn_layers\":[4]", "\"full_attn_layers\":[5]",
+        "linear_attn_config.full_attn_layers[0] = 5 is out of range: layer numbers here are 1-based, 1..4");
+    BAD("\"kda_layers\":[1,2,3]", "\"kda_layers\":[-1,2,3]", "kda_layers[0] = -1 is out of range");
+    BAD("\"kda_layers\":[1,2,3]", "\"kda_layers\":[1,2,3,4294967300]", "kda_layers[3] = 4294967300 is out of range");
     BAD("\"vocab_size\":100,", "", "missing field 'vocab_size'");
     BAD("\"num_hidden_layers\":4", "\"num_hidden_layers\":2000", "num_hidden_layers = 2000 exceeds the limit of 1024");
     BAD("\"rms_norm_eps\":1e-5", "\"rms_norm_eps\":0", "rms_norm_eps must be positive");

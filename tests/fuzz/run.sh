@@ -1,0 +1,65 @@
+#!/bin/sh
+# A fuzzing campaign (on demand; CI only replays the corpora):
+#   tests/fuzz/run.sh SECONDS [TARGET...]
+# Builds the libFuzzer targets with clang, ASan and UBSan in build-fuzz/
+# (K3_FUZZ_BUILD overrides), then runs each target (all of tests/fuzz/fuzz_*.c by
+# default) for SECONDS, one at a time, at nice 10, starting from its corpus
+# tests/fuzz/corpus/<name>/. New coverage goes to build-fuzz/fuzz-work/<name>/, never
+# into the committed corpus. Every finding (crash-*, leak-*, timeout-*, oom-*) is
+# copied into tests/fuzz/corpus/<name>/ as regress_<kind>_<hash>, so the replay
+# tests (ctest -L fuzz) fail until it is fixed; rename it to say what it is.
+# Prints one line per target: executions, corpus units, findings. Exit 1 if any.
+set -eu
+cd "$(dirname "$0")/../.."
+secs=${1:?usage: tests/fuzz/run.sh SECONDS [TARGET...]}
+shift
+
+# clang, the libFuzzer runtime and clang's OpenMP: optional or absent in scripts/setup.sh (CI builds
+# with gcc), needed here
+./scripts/setup.sh
+need=""
+for p in clang libclang-rt-14-dev libomp-dev; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || need="$need $p"
+done
+if [ -n "$need" ]; then
+    echo "fuzz: installing$need" >&2
+    SUDO=""
+    [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $need >/dev/null
+fi
+
+targets="$*"
+[ -n "$targets" ] || targets=$(ls tests/fuzz/fuzz_*.c | sed 's|.*/fuzz_||; s|\.c$||' | grep -v '^replay$')
+build=${K3_FUZZ_BUILD:-build-fuzz}
+CC=clang cmake -S . -B "$build" -DK3_FUZZ=ON -DK3_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+# only the libFuzzer binaries: they compile the code under test themselves (tests/fuzz/CMakeLists.txt)
+for t in $targets; do
+    nice -n 10 cmake --build "$build" -j "${K3_JOBS:-2}" --target "fuzz_$t" >/dev/null
+done
+printf '%-20s %8s %12s %10s %8s  %s\n' target seconds executions exec/s corpus findings
+found=0
+for t in $targets; do
+    work="$build/fuzz-work/$t"
+    art="$build/fuzz-artifacts/$t"
+    log="$build/fuzz-logs/$t.log"
+    mkdir -p "$work" "$art" "$(dirname "$log")"
+    rm -f "$art"/*
+    nice -n 10 "$build/tests/fuzz_$t" -max_total_time="$secs" -timeout=20 -rss_limit_mb=2560 \
+        -print_final_stats=1 -artifact_prefix="$art/" "$work" "tests/fuzz/corpus/$t" >"$log" 2>&1 || true
+    execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+    rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
+    units=$(ls "$work" | wc -l)
+    findings=""
+    for f in "$art"/crash-* "$art"/leak-* "$art"/timeout-* "$art"/oom-*; do
+        [ -e "$f" ] || continue
+        b=$(basename "$f")
+        kind=${b%%-*}
+        dest="tests/fuzz/corpus/$t/regress_${kind}_$(sha1sum "$f" | cut -c1-12)"
+        cp "$f" "$dest"
+        findings="$findings $dest"
+        found=1
+    done
+    printf '%-20s %8s %12s %10s %8s  %s\n' "$t" "$secs" "${execs:-?}" "${rate:-?}" "$units" "${findings:-none}"
+    [ -z "$findings" ] || grep -m3 -E 'ERROR|invariant|SUMMARY|disagree|does not' "$log" | sed 's/^/    /' || true
+done
+exit $found
