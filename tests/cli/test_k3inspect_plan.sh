@@ -60,6 +60,11 @@ for b in laptop workstation server 6G 7G 10G 16G 32G 64G 100G 110G 160G 300G 2T;
     cp "$T/out" "$T/plan-$b.json"
     echo "$T/plan-$b.json" >>"$T/list"
 done
+# a context whose caches would not fit (issue 9, hostile values): refused with the buffers' bytes
+run --plan --preset server --context 16777216 "$cfg"
+expect_rc 2 "--context 2^24"; err_has "below this model's minimum" "--context 2^24"; err_has "buffers for context 16777216" "--context 2^24"
+run --plan --preset server --context 16777217 "$cfg"
+expect_rc 2 "--context 2^24 + 1"; err_has "--context must be in 1..16777216" "--context 2^24 + 1"
 run --plan --preset workstation --context 8192 --batch 16 --json "$cfg"
 expect_rc 0 "--context 8192 --batch 16"
 cp "$T/out" "$T/plan-ctx8192.json"
