@@ -100,30 +100,6 @@ static int name_cmp(const void *a, const void *b)
     return strcmp(x->name, y->name);
 }
 
-/* k3_pread_full for a shard whose size was already checked against the manifest: a file that ends
-   early now was truncated while k3run has it open, an I/O error (exit 3), not damage at rest. */
-static k3_err pread_shard(int fd, void *buf, size_t len, uint64_t off, const char *path, k3_diag *d)
-{
-    k3_err e = k3_pread_full(fd, buf, len, off, path, d);
-    if (e == K3_ERR_FORMAT) e = d->code = K3_ERR_IO;
-    return e;
-}
-
-k3_err k3w_read_span(k3_weights *w, int fd, const char *path, void *buf, uint64_t size, uint64_t off,
-                     k3_progress *pg, k3_diag *d)
-{
-    const uint64_t chunk = 64u << 20;
-    for (uint64_t done = 0; done < size;) {
-        uint64_t n = size - done < chunk ? size - done : chunk;
-        k3_err e = pread_shard(fd, (uint8_t *)buf + done, (size_t)n, off + done, path, d);
-        if (e) return e;
-        done += n;
-        w->bytes_read += n;
-        if (pg) k3_progress_update(pg, w->bytes_read, NULL);
-    }
-    return K3_OK;
-}
-
 k3_err k3w_check_entry(const k3_shard_entry *en, const char *shard, const char *name, int enc, int ndim,
                        const uint64_t *shape, uint64_t offset, uint64_t size, k3_diag *d)
 {
@@ -307,7 +283,7 @@ static k3_err open_embed(k3_weights *w, k3_progress *pg, k3_diag *d)
     k3_err e = !buf || !h ? k3_fail(d, K3_ERR_NOMEM, "out of memory") : K3_OK;
     for (uint64_t done = 0; !e && done < mt->size;) {
         uint64_t n = mt->size - done < chunk ? mt->size - done : chunk;
-        e = pread_shard(w->embed_fd, buf, (size_t)n, mt->offset + done, w->shard_path[mt->shard], d);
+        e = k3_pread_full(w->embed_fd, buf, (size_t)n, mt->offset + done, w->shard_path[mt->shard], d);
         if (e) break;
         posix_fadvise(w->embed_fd, (off_t)(mt->offset + done), (off_t)n, POSIX_FADV_DONTNEED);
         k3_hasher64_update(h, buf, (size_t)n);
@@ -562,7 +538,7 @@ k3_err k3w_embed_row(k3_weights *w, int32_t token, float *dst, k3_diag *d)
     if (!row || t->enc != K3_ENC_BF16)
         return k3_fail(d, K3_ERR_INTERNAL, "'%s': the embedding table is not open", t->name);
     uint64_t off = w->embed_off + (uint64_t)token * cols * 2;
-    k3_err e = pread_shard(w->embed_fd, row, (size_t)cols * 2, off, w->embed_path, d);
+    k3_err e = k3_pread_full(w->embed_fd, row, (size_t)cols * 2, off, w->embed_path, d);
     if (e) return e;
     w->bytes_read += (uint64_t)cols * 2;
     w->st.trunk_bytes_read += (uint64_t)cols * 2;

@@ -23,12 +23,21 @@
 #include "k3_hash.h"
 #include "k3_sys.h"
 
-/* The scale parts of el's MXFP4 records, for the reader to refuse 0xFF in (NaN in E8M0). */
-static void scale_scan(const expert_layer *el, k3io_job *j)
+/* The read of record r of el into dst (the resident load, or a cache miss): the whole stride
+   with O_DIRECT where it can, its XXH3-64 checked (verify), and its MXFP4 scale parts scanned
+   for 0xFF (NaN in E8M0). */
+static void record_job(const expert_layer *el, uint64_t r, uint8_t *dst, int verify, k3io_job *j)
 {
+    j->fd = el->fd;
+    j->fd_direct = el->fd_direct;
+    j->off = el->offset + r * el->stride;
+    j->size = el->record_size;
+    j->span = el->stride;
+    j->dst = dst;
+    j->verify = verify;
+    j->hash = el->hashes[r];
     j->n_scan = 0;
-    if (el->enc != K3_ENC_MXFP4) return;
-    for (int mi = 0; mi < 3; mi++) {
+    for (int mi = 0; el->enc == K3_ENC_MXFP4 && mi < 3; mi++) {
         j->scan_off[j->n_scan] = el->off[mi][1];
         j->scan_len[j->n_scan++] = (uint64_t)el->rows[mi] * el->cols[mi] / 32;
     }
@@ -58,17 +67,8 @@ static k3_err load_resident(k3_weights *w, uint64_t n_records, k3_progress *pg, 
     for (uint32_t l = 0; l < w->n_layers; l++) {
         expert_layer *el = &w->experts[l];
         for (uint64_t r = 0; el->data && r < el->count; r++, n++) {
-            k3io_job *j = &jobs[n];
-            j->fd = el->fd;
-            j->fd_direct = el->fd_direct;
-            j->off = el->offset + r * el->stride;
-            j->size = el->record_size;
-            j->span = el->stride;
-            j->dst = el->data + r * el->stride;
-            j->verify = w->o.verify_reads;
-            j->hash = el->hashes[r];
-            scale_scan(el, j);
-            q[nq++] = j;
+            record_job(el, r, el->data + r * el->stride, w->o.verify_reads, &jobs[n]);
+            q[nq++] = &jobs[n];
             if (nq == 4096) { k3io_submit(w->io, q, nq); nq = 0; }
         }
     }
@@ -270,11 +270,11 @@ static void drain(k3_weights *w)
 
 /*
  * The slot to evict for a miss: a free one, else among the slots this acquire does not hold,
- *   K3_EVICT_LFU   the expert asked for least often since the start (counts kept for every
- *                  (layer, expert), also after eviction), the least recently used among equals;
+ *   K3_EVICT_LFU   the expert that served the fewest tokens since the start (counts kept for
+ *                  every (layer, expert), also after eviction), the least recently used among equals;
  *   K3_EVICT_LRU   the least recently used.
  * Measured on medium's routing (tests/bench/sim_cache.py, docs/PERFORMANCE.md): at a quarter of
- * the pack LFU hits 31.5 % of decode requests against LRU's 21 % (Belady's optimum 56 %), and
+ * the pack LFU hits 36 % of decode requests against LRU's 21 % (Belady's optimum 56 %), and
  * unlike LRU it keeps hitting when the cache is smaller than one token's experts, where LRU
  * evicts, layer after layer, exactly what the next token will ask for.
  */
@@ -333,7 +333,7 @@ k3_err k3w_experts_acquire(k3_weights *w, int layer, const int32_t *ids, const u
     w->acq_n = nh;
     k3io_job *jobs[64];
     int nj = 0;
-    for (int j = 0; j < n; j++) {                      /* a victim each (evict_order) */
+    for (int j = 0; j < n; j++) {                      /* a victim each (victim()) */
         if (el->slot[ids[j]] >= 0) continue;
         int32_t v = victim(w);
         if (v < 0) return k3_fail(d, K3_ERR_INTERNAL, "expert cache: no free slot");
@@ -346,15 +346,7 @@ k3_err k3w_experts_acquire(k3_weights *w, int layer, const int32_t *ids, const u
         uint8_t *dst = w->slots + (uint64_t)v * w->slot_bytes;
         fill_expert(el, dst, &out[j]);
         k3io_job *jb = &w->slot_job[v];
-        jb->fd = el->fd;
-        jb->fd_direct = el->fd_direct;
-        jb->off = el->offset + (uint64_t)ids[j] * el->stride;
-        jb->size = el->record_size;
-        jb->span = el->stride;
-        jb->dst = dst;
-        jb->verify = w->o.verify_reads;
-        jb->hash = el->hashes[ids[j]];
-        scale_scan(el, jb);
+        record_job(el, (uint64_t)ids[j], dst, w->o.verify_reads, jb);
         w->acq_slot[w->acq_n] = v;
         w->acq_order[w->acq_n++] = j;
         jobs[nj++] = jb;

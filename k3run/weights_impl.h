@@ -98,7 +98,5 @@ void k3w_experts_free(k3_weights *w);
 k3_err k3w_open_shard(k3_weights *w, uint32_t s, int *fd, char *path, size_t cap, k3_shard_header *h, k3_diag *d);
 k3_err k3w_check_entry(const k3_shard_entry *en, const char *shard, const char *name, int enc, int ndim,
                        const uint64_t *shape, uint64_t offset, uint64_t size, k3_diag *d);
-k3_err k3w_read_span(k3_weights *w, int fd, const char *path, void *buf, uint64_t size, uint64_t off,
-                     k3_progress *pg, k3_diag *d);
 
 #endif

@@ -101,18 +101,18 @@ no_manifest "$T/int2"
 "$K3_BIN/k3pack" -q "$T/ck.tar" -o "$T/int2"
 same "$T/ref" "$T/int2"
 
-# 3. an input file that disappears mid-pack: stopped at the 300th read, then changed
-#    run_stopped CHANGE: k3pack on a copy of ck, stopped at pread64 #300, CHANGE run on the copy
+# 3. an input file that disappears mid-pack: stopped at the 300th read (or at its lock), then changed
+#    run_stopped CALL WHEN CHANGE: k3pack on a copy of ck, stopped at CALL #WHEN, CHANGE run on the copy
 run_stopped() {
     rm -rf "$T/ckd" "$T/dis"
     cp -r "$T/ck" "$T/ckd"
-    strace -f -qq -o /dev/null -e trace=pread64 -e inject=pread64:signal=SIGSTOP:when=300 \
+    strace -f -qq -o /dev/null -e trace="$1" -e inject="$1:signal=SIGSTOP:when=$2" \
         "$K3_BIN/k3pack" "$T/ckd" -o "$T/dis" >"$T/out" 2>"$T/err" &
     sp=$!
     pid=""
     for i in $(seq 600); do pid=$(pgrep -P $sp || true); [ -n "$pid" ] && break; sleep 0.05; done
     stopped "$pid" || fail "k3pack did not stop"
-    sh -c "$1"
+    sh -c "$3"
     kill -CONT "$pid"
     set +e
     wait $sp
@@ -121,28 +121,18 @@ run_stopped() {
 }
 last=$(ls "$T/ck" | grep '\.safetensors$' | tail -1)
 # truncated under it: exit 3 naming the file, nothing finished, temporaries gone
-run_stopped "truncate -s 100000 '$T/ckd/$last'"
+run_stopped pread64 300 "truncate -s 100000 '$T/ckd/$last'"
 [ "$rc" -eq 3 ] || { cat "$T/err"; fail "truncated input exited $rc, expected 3"; }
 expect_err "'$T/ckd/$last' changed while k3pack was reading it"
 no_manifest "$T/dis"
 no_tmp "$T/dis"
 # deleted (the files are open by then): the bytes k3pack reads are the validated ones, and the pack
 # is complete and right; deleted and replaced by another file is the case above
-run_stopped "rm '$T/ckd/$last'"
+run_stopped pread64 300 "rm '$T/ckd/$last'"
 [ "$rc" -eq 0 ] || { cat "$T/err"; fail "deleted (open) input exited $rc"; }
 same "$T/ref" "$T/dis"
 # deleted before k3pack opens it for packing (stopped at its lock): exit 3 naming the file
-rm -rf "$T/ckd" "$T/dis"
-cp -r "$T/ck" "$T/ckd"
-strace -f -qq -o /dev/null -e trace=flock -e inject=flock:signal=SIGSTOP:when=1 \
-    "$K3_BIN/k3pack" "$T/ckd" -o "$T/dis" >"$T/out" 2>"$T/err" &
-sp=$!
-pid=""
-for i in $(seq 600); do pid=$(pgrep -P $sp || true); [ -n "$pid" ] && break; sleep 0.05; done
-stopped "$pid" || fail "k3pack did not stop"
-rm "$T/ckd/$last"
-kill -CONT "$pid"
-set +e; wait $sp; rc=$?; set -e
+run_stopped flock 1 "rm '$T/ckd/$last'"
 [ "$rc" -eq 3 ] || { cat "$T/err"; fail "deleted input exited $rc, expected 3"; }
 expect_err "$last"
 no_manifest "$T/dis"
