@@ -1,10 +1,12 @@
 /*
- * model.c - the model's dimensions and buffers, the residual stream with
- * block Attention Residuals, the final norm and lm_head (spec §4.1-§4.3).
- * Attention lives in model_attn.c, FFN and MoE in model_ffn.c.
+ * model.c - the model's checks against the pack and its buffers (sizes from
+ * model_shape.c), the residual stream with block Attention Residuals, the
+ * final norm and lm_head (spec §4.1-§4.3). Attention lives in model_attn.c,
+ * FFN and MoE in model_ffn.c, the shared vector helpers in model_ops.c.
  */
 #include "model_impl.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,58 +15,7 @@
 #include "k3_shard.h"
 
 /* ------------------------------------------------------------------------ */
-/* fixed-order helpers                                                       */
-
-float k3v_dot(const float *a, const float *b, uint32_t n)
-{
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    uint32_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int l = 0; l < 8; l++) acc[l] += a[i + l] * b[i + l];
-    for (int l = 0; i < n; i++, l++) acc[l] += a[i] * b[i];
-    float s4[4], s2[2];
-    for (int l = 0; l < 4; l++) s4[l] = acc[l] + acc[l + 4];
-    for (int l = 0; l < 2; l++) s2[l] = s4[l] + s4[l + 2];
-    return s2[0] + s2[1];
-}
-
-double k3v_sumsq(const float *a, uint32_t n)
-{
-    double s = 0;
-    for (uint32_t i = 0; i < n; i++) s += (double)a[i] * a[i];
-    return s;
-}
-
-void k3v_rmsnorm(float *y, const float *x, const float *w, uint32_t n, float eps)
-{
-    float ms = (float)(k3v_sumsq(x, n) / n);
-    float r = k3_rsqrtf(ms + eps);
-    if (w)
-        for (uint32_t i = 0; i < n; i++) y[i] = w[i] * (x[i] * r);
-    else
-        for (uint32_t i = 0; i < n; i++) y[i] = x[i] * r;
-}
-
-void k3_glu(const k3_config *c, float *g, const float *u, uint32_t n)
-{
-    /* element-wise: splitting it between threads changes nothing */
-    if (c->hidden_act == K3_ACT_SITU) {
-        float b = (float)c->activation_situ_beta, bl = (float)c->activation_situ_linear_beta;
-        K3_PFOR(n >= 8192, for (uint32_t i = 0; i < n; i++) g[i] = k3_situf(g[i], u[i], b, bl););
-    } else {
-        K3_PFOR(n >= 8192, for (uint32_t i = 0; i < n; i++) g[i] = k3_siluf(g[i]) * u[i];);
-    }
-}
-
-void k3_lin(const k3_model *m, const k3_tensor *t, const float *x, uint32_t T, float *y)
-{
-    k3_matmul(m->o.isa, &t->mat, x, t->mat.cols, T, y, t->mat.rows);
-}
-
-/* ------------------------------------------------------------------------ */
 /* setup                                                                     */
-
-static uint32_t umax(uint32_t a, uint32_t b) { return a > b ? a : b; }
 
 /* A required tensor: present, a matrix [rows, cols] in BF16 (rows/cols 0: any),
    or (cols == 0 and vec) a vector of `rows` values in BF16 or F32. */
@@ -156,52 +107,27 @@ static k3_err check_layer(k3_model *m, int i, k3_diag *d)
     return K3_OK;
 }
 
+/* The config's dimensions, with the KDA gate ranks the pack's tensors have. */
 static k3_err set_dims(k3_model *m, k3_diag *d)
 {
-    const k3_config *c = m->cfg;
     k3_dims *z = &m->d;
-    if (!c->mla_use_nope)
-        return k3_fail(d, K3_ERR_UNSUPPORTED, "config: MLA with rotary embeddings (mla_use_nope false) is not supported");
-    if (c->num_expert_group > 1)
-        return k3_fail(d, K3_ERR_UNSUPPORTED, "config: grouped top-k routing (num_expert_group %u) is not supported",
-                       c->num_expert_group);
-    if (c->num_key_value_heads != c->num_attention_heads)
-        return k3_fail(d, K3_ERR_UNSUPPORTED, "config: num_key_value_heads %u != num_attention_heads %u",
-                       c->num_key_value_heads, c->num_attention_heads);
-    z->D = c->hidden_size; z->L = c->num_hidden_layers; z->V = c->vocab_size;
-    z->H = c->kda_num_heads; z->K = c->kda_head_dim; z->C = z->H * z->K; z->W = c->kda_conv_kernel;
-    z->Hm = c->num_attention_heads; z->dn = c->qk_nope_head_dim; z->dr = c->qk_rope_head_dim;
-    z->dv = c->v_head_dim; z->R = c->kv_lora_rank; z->Q = c->q_lora_rank;
-    z->I = c->intermediate_size;
-    z->E = c->num_experts; z->k = c->num_experts_per_token; z->Ie = c->moe_intermediate_size;
-    z->Dl = c->routed_expert_hidden_size ? c->routed_expert_hidden_size : z->D;
-    z->Ish = c->moe_intermediate_size * c->num_shared_experts;
-    z->block = c->attn_res_block_size;
-    z->n_blocks = z->block ? (z->L + z->block - 1) / z->block : 0;
-    if (z->E && (z->k == 0 || z->k > z->E))
-        return k3_fail(d, K3_ERR_MODEL, "config: num_experts_per_token %u must be in 1..num_experts (%u)", z->k, z->E);
-    if (c->has_linear_attn && c->n_kda_layers && (z->W < 1 || z->W > 64))
-        return k3_fail(d, K3_ERR_MODEL, "config: short_conv_kernel_size %u is not in 1..64", z->W);
+    k3_err e = k3_model_dims(m->cfg, z, d);
+    if (e) return e;
+    z->fa_rank = z->ga_rank = 0;
     for (uint32_t i = 0; i < z->L; i++) {
-        if (!k3_layer_is_kda(c, i)) { z->n_mla++; continue; }
-        if (!m->w) {                      /* sizing from the config alone: ranks as K3's (head_dim) */
-            z->fa_rank = z->K;
-            z->ga_rank = c->kda_full_rank_gate ? 0 : z->K;
-            continue;
-        }
+        if (!k3_layer_is_kda(m->cfg, i)) continue;
         const k3_tensor *fa = k3w_get(m->w, (int)i, K3W_KDA_FA), *ga = k3w_get(m->w, (int)i, K3W_KDA_GA);
         if (fa) z->fa_rank = fa->mat.rows;
-        if (ga && !c->kda_full_rank_gate) z->ga_rank = ga->mat.rows;
+        if (ga && !m->cfg->kda_full_rank_gate) z->ga_rank = ga->mat.rows;
     }
     return K3_OK;
 }
 
-static void *balloc(k3_model *m, uint64_t elems, size_t esz, int *fail)
+/* One instance of buffer b (model_shape.h), zeroed, 64-byte aligned. */
+static void *balloc(k3_model *m, const k3_model_shape *s, k3_buf b, int *fail)
 {
-    uint64_t n = elems * esz;
+    uint64_t n = s->bytes[b];
     void *p = NULL;
-    if (n == 0) n = 64;
-    if (m->dry) { m->bytes += n; return NULL; }        /* sizing only (k3_model_buffer_bytes) */
     if (posix_memalign(&p, 64, (size_t)((n + 63) & ~(uint64_t)63))) { *fail = 1; return NULL; }
     memset(p, 0, (size_t)n);
     m->bytes += n;
@@ -236,92 +162,66 @@ k3_err k3_model_new(k3_weights *w, const k3_model_opts *o, k3_model **out, k3_di
     return K3_OK;
 }
 
-k3_err k3_model_buffer_bytes(const k3_config *c, uint32_t batch, uint32_t context, int all_logits,
-                             uint64_t *total, uint64_t *kda_bytes, uint64_t *mla_bytes, k3_diag *d)
-{
-    k3_model m;
-    memset(&m, 0, sizeof m);
-    m.cfg = c;
-    m.o.max_batch = batch;
-    m.o.context = context;
-    m.o.all_logits = all_logits;
-    m.dry = 1;
-    k3_err e = set_dims(&m, d);
-    if (e) return e;
-    alloc_buffers(&m);
-    free(m.kda);
-    const k3_dims *z = &m.d;
-    uint64_t n_kda = z->L - z->n_mla;
-    *total = m.bytes;
-    *kda_bytes = n_kda * (3ull * z->C * (z->W - 1 ? z->W - 1 : 1) + (uint64_t)z->H * z->K * z->K) * sizeof(float);
-    *mla_bytes = (uint64_t)z->n_mla * context * (z->R + z->dr) * sizeof(float);
-    return K3_OK;
-}
-
-/* Every buffer of the model, once (or, m->dry, only their sizes). 0 on success. */
+/* Every buffer of the model, once, with the sizes of model_shape.h. 0 on success. */
 static int alloc_buffers(k3_model *m)
 {
     const k3_dims *z = &m->d;
-    const k3_model_opts *o = &m->o;
-    uint64_t B = o->max_batch, ctx = o->context;
+    k3_model_shape sh;
+    const k3_model_shape *s = &sh;
+    k3_model_sizes(z, m->o.max_batch, m->o.context, m->o.all_logits, &sh);
     int fail = 0;
-    m->mla_slot = balloc(m, z->L, sizeof(int32_t), &fail);
+    m->mla_slot = balloc(m, s, K3B_MLA_SLOT, &fail);
     m->kda = calloc(z->L, sizeof *m->kda);
     if (!m->kda) fail = 1;
     uint32_t slot = 0;
     for (uint32_t i = 0; !fail && i < z->L; i++) {
         if (k3_layer_is_kda(m->cfg, i)) {
-            if (m->mla_slot) m->mla_slot[i] = -1;
-            m->kda[i].win = balloc(m, 3ull * z->C * (z->W - 1 ? z->W - 1 : 1), sizeof(float), &fail);
-            m->kda[i].S = balloc(m, (uint64_t)z->H * z->K * z->K, sizeof(float), &fail);
-        } else if (m->mla_slot) {
+            m->mla_slot[i] = -1;
+            m->kda[i].win = balloc(m, s, K3B_KDA_WIN, &fail);
+            m->kda[i].S = balloc(m, s, K3B_KDA_S, &fail);
+        } else {
             m->mla_slot[i] = (int32_t)slot++;
         }
     }
-    m->mla_c = balloc(m, (uint64_t)z->n_mla * ctx * z->R, sizeof(float), &fail);
-    m->mla_kr = balloc(m, (uint64_t)z->n_mla * ctx * z->dr, sizeof(float), &fail);
+    m->mla_c = balloc(m, s, K3B_MLA_C, &fail);
+    m->mla_kr = balloc(m, s, K3B_MLA_KR, &fail);
 
-    uint64_t BD = B * z->D;
-    m->h = balloc(m, BD, 4, &fail); m->a_in = balloc(m, BD, 4, &fail); m->x = balloc(m, BD, 4, &fail);
-    m->att = balloc(m, BD, 4, &fail); m->m_in = balloc(m, BD, 4, &fail); m->f = balloc(m, BD, 4, &fail);
-    m->blocks = balloc(m, (uint64_t)(z->n_blocks ? z->n_blocks : 1) * BD, 4, &fail);
-    uint32_t vmax = umax(umax(z->D, z->C), umax(umax(z->Q, z->R), z->Dl));
-    m->vec = balloc(m, vmax, 4, &fail);
-    m->vec2 = balloc(m, vmax, 4, &fail);
+    m->h = balloc(m, s, K3B_H, &fail); m->a_in = balloc(m, s, K3B_A_IN, &fail); m->x = balloc(m, s, K3B_X, &fail);
+    m->att = balloc(m, s, K3B_ATT, &fail); m->m_in = balloc(m, s, K3B_M_IN, &fail); m->f = balloc(m, s, K3B_F, &fail);
+    m->blocks = balloc(m, s, K3B_BLOCKS, &fail);
+    m->vec = balloc(m, s, K3B_VEC, &fail);
+    m->vec2 = balloc(m, s, K3B_VEC2, &fail);
 
-    uint32_t tw = umax(umax(umax(z->C, z->D), z->Hm * (z->dn + z->dr)), umax(z->Hm * z->dv, z->R + z->dr));
-    m->t0 = balloc(m, B * tw, 4, &fail); m->t1 = balloc(m, B * tw, 4, &fail);
-    m->t2 = balloc(m, B * tw, 4, &fail); m->t3 = balloc(m, B * tw, 4, &fail);
-    m->t4 = balloc(m, B * tw, 4, &fail);
-    uint32_t sw = umax(umax(z->fa_rank, z->ga_rank), umax(z->Q, z->H));
-    m->small = balloc(m, B * umax(sw, 1), 4, &fail);
-    m->conv_w = balloc(m, 3ull * z->C * z->W, 4, &fail);
-    m->headvec = balloc(m, vmax, 4, &fail);
-    m->convtmp = balloc(m, (uint64_t)z->W + B, 4, &fail);
-    m->headtmp = balloc(m, 2ull * z->H * z->K, 4, &fail);
-    m->alog = balloc(m, umax(z->H, 1), 4, &fail);
-    m->mla_q = balloc(m, (uint64_t)z->Hm * z->R, 4, &fail);
-    m->mla_s = balloc(m, (uint64_t)z->Hm * ctx, 4, &fail);
-    m->mla_ol = balloc(m, (uint64_t)z->Hm * z->R, 4, &fail);
+    m->t0 = balloc(m, s, K3B_T0, &fail); m->t1 = balloc(m, s, K3B_T1, &fail);
+    m->t2 = balloc(m, s, K3B_T2, &fail); m->t3 = balloc(m, s, K3B_T3, &fail);
+    m->t4 = balloc(m, s, K3B_T4, &fail);
+    m->small = balloc(m, s, K3B_SMALL, &fail);
+    m->conv_w = balloc(m, s, K3B_CONV_W, &fail);
+    m->headvec = balloc(m, s, K3B_HEADVEC, &fail);
+    m->convtmp = balloc(m, s, K3B_CONVTMP, &fail);
+    m->headtmp = balloc(m, s, K3B_HEADTMP, &fail);
+    m->alog = balloc(m, s, K3B_ALOG, &fail);
+    m->mla_q = balloc(m, s, K3B_MLA_Q, &fail);
+    m->mla_s = balloc(m, s, K3B_MLA_S, &fail);
+    m->mla_ol = balloc(m, s, K3B_MLA_OL, &fail);
 
-    uint32_t fw = umax(umax(z->I, z->Ish), z->Ie);
-    m->g = balloc(m, B * fw, 4, &fail); m->u = balloc(m, B * fw, 4, &fail);
+    m->g = balloc(m, s, K3B_G, &fail); m->u = balloc(m, s, K3B_U, &fail);
     if (z->E) {
-        uint64_t nk = B * z->k, nu = nk < z->E ? nk : z->E;
-        m->logits_e = balloc(m, B * z->E, 4, &fail);
-        m->bias = balloc(m, z->E, 4, &fail);
-        m->sel = balloc(m, z->E, 4, &fail);
-        m->idx = balloc(m, nk, 4, &fail);
-        m->wts = balloc(m, nk, 4, &fail);
-        m->xl = balloc(m, B * z->Dl, 4, &fail); m->yl = balloc(m, B * z->Dl, 4, &fail);
-        m->Y = balloc(m, nk * z->Dl, 4, &fail);
-        m->xe = balloc(m, B * z->Dl, 4, &fail); m->ye = balloc(m, B * z->Dl, 4, &fail);
-        m->uniq = balloc(m, nu, 4, &fail);
-        m->tok_of = balloc(m, nk, 4, &fail); m->slot_of = balloc(m, nk, 4, &fail);
-        m->ex = balloc(m, nu, sizeof(k3_expert), &fail);
-        m->seen = balloc(m, z->E, 4, &fail);
+        m->logits_e = balloc(m, s, K3B_LOGITS_E, &fail);
+        m->bias = balloc(m, s, K3B_BIAS, &fail);
+        m->sel = balloc(m, s, K3B_SEL, &fail);
+        m->idx = balloc(m, s, K3B_IDX, &fail);
+        m->wts = balloc(m, s, K3B_WTS, &fail);
+        m->xl = balloc(m, s, K3B_XL, &fail); m->yl = balloc(m, s, K3B_YL, &fail);
+        m->Y = balloc(m, s, K3B_Y, &fail);
+        m->xe = balloc(m, s, K3B_XE, &fail); m->ye = balloc(m, s, K3B_YE, &fail);
+        m->uniq = balloc(m, s, K3B_UNIQ, &fail);
+        m->tok_of = balloc(m, s, K3B_TOK_OF, &fail); m->slot_of = balloc(m, s, K3B_SLOT_OF, &fail);
+        m->ex = balloc(m, s, K3B_EX, &fail);
+        m->seen = balloc(m, s, K3B_SEEN, &fail);
     }
-    m->logits = balloc(m, (o->all_logits ? B : 1) * (uint64_t)z->V, 4, &fail);
+    m->logits = balloc(m, s, K3B_LOGITS, &fail);
+    assert(fail || m->bytes == s->total);         /* the planner budgeted exactly this */
     return fail;
 }
 

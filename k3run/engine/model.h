@@ -49,9 +49,6 @@ uint32_t k3_model_context(const k3_model *m);
 uint32_t k3_model_max_batch(const k3_model *m);
 uint64_t k3_model_scratch_bytes(const k3_model *m); /* buffers + states + cache */
 
-/* What k3_model_new would allocate for this config, batch and context (the planner's input):
-   total, and the KDA states and MLA cache inside it. */
-k3_err k3_model_buffer_bytes(const k3_config *c, uint32_t batch, uint32_t context, int all_logits,
-                             uint64_t *total, uint64_t *kda_bytes, uint64_t *mla_bytes, k3_diag *d);
+/* What k3_model_new allocates for a config, batch and context, without a model: model_shape.h. */
 
 #endif

@@ -1,25 +1,15 @@
 /*
- * model_impl.h - private to model*.c: the model's dimensions, states and
- * scratch buffers, and the small fixed-order vector helpers they share.
+ * model_impl.h - private to model*.c: the model's states and scratch buffers
+ * (their sizes: model_shape.h), and the small fixed-order vector helpers
+ * (model_ops.c) that the layers share.
  */
 #ifndef K3_MODEL_IMPL_H
 #define K3_MODEL_IMPL_H
 
 #include "k3_config.h"
-#include "model.h"
 #include "k3_par.h"
-
-typedef struct k3_dims {
-    uint32_t D, L, V;             /* hidden, layers, vocab */
-    uint32_t H, K, C, W;          /* KDA heads, head dim, H*K, conv width */
-    uint32_t fa_rank, ga_rank;    /* KDA gate low ranks (f_a rows, g_a rows; 0 = full-rank gate) */
-    uint32_t Hm, dn, dr, dv, R, Q;/* MLA heads, nope/rope/v dims, kv_lora, q_lora (0 = plain q) */
-    uint32_t I;                   /* dense FFN width */
-    uint32_t E, k, Ie, Dl, Ish;   /* experts, top-k, expert width, latent width (D if none), shared width */
-    uint32_t block;               /* AttnRes block size, 0 = plain residual */
-    uint32_t n_blocks;            /* AttnRes blocks at most: ceil(L / block) */
-    uint32_t n_mla;               /* MLA layers */
-} k3_dims;
+#include "model.h"
+#include "model_shape.h"
 
 typedef struct kda_state {
     float *win;                   /* [3][C][W-1] last pre-conv q, k, v inputs, oldest first */
@@ -72,11 +62,10 @@ struct k3_model {
 
     float *logits;                /* [B or 1][V] */
     uint32_t n_logits;            /* rows of logits from the last forward */
-    uint64_t bytes;               /* everything above */
-    int dry;                      /* sizing only: nothing allocated */
+    uint64_t bytes;               /* everything above (= k3_model_shape total for its dims) */
 };
 
-/* Fixed-order helpers (model.c). The same code runs on every ISA. */
+/* Fixed-order helpers (model_ops.c). The same code runs on every ISA. */
 float k3v_dot(const float *a, const float *b, uint32_t n);     /* 8 lanes, fixed tree */
 double k3v_sumsq(const float *a, uint32_t n);                   /* in order, double */
 /* y[i] = w[i] * (x[i] * r), r = 1/sqrt(mean(x^2) + eps); w may be NULL (no weight) */

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "model.h"
+#include "model_shape.h"
 #include "safetensors.h"
 
 static uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
@@ -300,9 +300,9 @@ k3_err k3_plan_make(const k3_config *c, const k3_geometry *g, uint64_t budget, u
 k3_err k3_plan_for(const k3_config *c, const k3_geometry *g, uint64_t budget, uint32_t context, uint32_t batch,
                    int all_logits, k3_plan *p, k3_diag *d)
 {
-    uint64_t buf = 0, kda = 0, mla = 0;
-    k3_err e = k3_model_buffer_bytes(c, batch, context, all_logits, &buf, &kda, &mla, d);
-    return e ? e : k3_plan_make(c, g, budget, context, batch, buf, kda, mla, p, d);
+    k3_model_shape s;
+    k3_err e = k3_model_shape_from_config(c, batch, context, all_logits, &s, d);
+    return e ? e : k3_plan_make(c, g, budget, context, batch, s.total, s.kda_bytes, s.mla_bytes, p, d);
 }
 
 static uint64_t read_u64_file(const char *path)

@@ -63,7 +63,7 @@ k3_err k3_geometry_from_config(const k3_config *c, k3_geometry *g, k3_diag *d);
 typedef struct k3_plan {
     uint64_t budget;
     uint32_t context, batch;
-    uint64_t buffers;            /* the model's buffers (k3_model_buffer_bytes) */
+    uint64_t buffers;            /* the model's buffers (k3_model_shape_from_config) */
     uint64_t kda_state, mla_cache;   /* parts of buffers, for the report */
     uint64_t margin;
     uint32_t n_units;            /* = geometry n_units */
@@ -84,12 +84,13 @@ typedef struct k3_plan {
 
 /*
  * Make the plan. buffers/kda_state/mla_cache come from the model's own sizing
- * (k3_model_buffer_bytes). K3_ERR_USAGE when the budget is below the minimum.
+ * (k3_model_shape_from_config, model_shape.h). K3_ERR_USAGE when the budget
+ * is below the minimum.
  */
 k3_err k3_plan_make(const k3_config *c, const k3_geometry *g, uint64_t budget, uint32_t context, uint32_t batch,
                     uint64_t buffers, uint64_t kda_state, uint64_t mla_cache, k3_plan *p, k3_diag *d);
 
-/* k3_plan_make with the model's buffers sized by k3_model_buffer_bytes (all_logits: --dump). */
+/* k3_plan_make with the model's buffers sized by k3_model_shape_from_config (all_logits: --dump). */
 k3_err k3_plan_for(const k3_config *c, const k3_geometry *g, uint64_t budget, uint32_t context, uint32_t batch,
                    int all_logits, k3_plan *p, k3_diag *d);
 

@@ -1,7 +1,9 @@
 /*
  * weights_impl.h - the inside of k3_weights, shared by weights.c (manifest,
- * shards, trunk units, streaming, embedding rows) and weights_experts.c (the
- * expert records: all resident, or the fixed-slot cache).
+ * shards, trunk units, streaming, embedding rows), weights_experts.c (the
+ * expert records: all resident, or the fixed-slot cache) and weights_shard.c
+ * (shard headers checked against the manifest). Calls go one way:
+ * weights.c -> weights_experts.c -> weights_shard.c.
  */
 #ifndef K3_WEIGHTS_IMPL_H
 #define K3_WEIGHTS_IMPL_H
@@ -92,9 +94,12 @@ struct k3_weights {
     k3_weights_stats st;
 };
 
+/* The experts (weights_experts.c): read them all (no cache), or set up the cache's slots. */
 k3_err k3w_load_experts(k3_weights *w, k3_progress *pg, k3_diag *d);
 k3_err k3w_cache_init(k3_weights *w, k3_diag *d);
 void k3w_experts_free(k3_weights *w);
+/* Shard s of the manifest opened (*fd, its path), its header read and checked against the manifest;
+   a header entry checked against the manifest's offset, size, encoding and shape (weights_shard.c). */
 k3_err k3w_open_shard(k3_weights *w, uint32_t s, int *fd, char *path, size_t cap, k3_shard_header *h, k3_diag *d);
 k3_err k3w_check_entry(const k3_shard_entry *en, const char *shard, const char *name, int enc, int ndim,
                        const uint64_t *shape, uint64_t offset, uint64_t size, k3_diag *d);

@@ -2,7 +2,8 @@
  * tokenizer.c - loading Kimi's tokenizer: tiktoken.model (base64 token, rank
  * per line) into an id-ordered byte table and a rank hash table, the 256
  * special ids named from tokenizer_config.json's added_tokens_decoder, and
- * the accessors. Splitting and BPE merging live in tokenizer_encode.c.
+ * the accessors. Splitting and BPE merging live in tokenizer_encode.c, the
+ * split pattern in tokenizer_pattern.c.
  *
  * tokenizer_config.json is read with jansson (JSON_REJECT_DUPLICATES, as every
  * other k3 config) plus JSON_DECODE_INT_AS_REAL: K3's released file holds

@@ -1,7 +1,9 @@
 /*
  * tokenizer_impl.h - the private layout of a loaded k3_tok, shared by
  * tokenizer.c (loading: tiktoken.model, tokenizer_config.json, the rank hash
- * table) and tokenizer_encode.c (splitting, BPE merges, encode).
+ * table), tokenizer_pattern.c (the split pattern, compiled at load) and
+ * tokenizer_encode.c (splitting, BPE merges, encode). Calls go one way:
+ * tokenizer_encode.c -> tokenizer.c -> tokenizer_pattern.c.
  *
  * A k3_tok is immutable once k3_tok_load returns: every encode call keeps its
  * own scratch (match data, JIT stack, merge buffers), so calls may run
@@ -43,14 +45,14 @@ struct k3_tok {
                                            first byte, then longest name first */
     uint16_t sp_first[257];             /* [257] sp_order[sp_first[b] .. sp_first[b+1])
                                            are the specials whose name starts with byte b */
-    pcre2_code *re;                     /* Kimi's split pattern (tokenizer_encode.c) */
+    pcre2_code *re;                     /* Kimi's split pattern (tokenizer_pattern.c) */
     int jit;                            /* 1 if re was JIT-compiled */
 };
 
 /* Rank of the byte string s[0..n), or K3_TOK_NONE (tokenizer.c). */
 uint32_t k3_tok_rank(const k3_tok *t, const uint8_t *s, size_t n);
 
-/* Compile the split pattern into t->re (and JIT it when PCRE2 can). */
+/* Compile the split pattern into t->re (and JIT it when PCRE2 can; tokenizer_pattern.c). */
 k3_err k3_tok_compile_pattern(k3_tok *t, k3_diag *d);
 
 /* The split pattern as handed to pcre2_compile (for docs and tests). */
