@@ -11,13 +11,12 @@
 
 #include <jansson.h>
 
+#include "engine.h"                   /* --plan: the engine's planner */
 #include "k3_error.h"
 #include "k3_log.h"
 #include "k3_opts.h"
 #include "k3_sys.h"
 #include "k3inspect.h"
-#include "plan.h"
-#include "plan_report.h"
 
 enum {
     OPT_SUMMARY = K3_OPT_USER, OPT_JSON, OPT_FILTER, OPT_CONFIG, OPT_NO_CONFIG, OPT_SHARDS, OPT_PLAN, OPT_BUDGET,

@@ -1,6 +1,7 @@
 /*
- * k3run - generate text from a k3 pack (a thin main over the engine library:
- * weights.h, model.h, tokenizer.h, sampler.h, generate.h).
+ * k3run - generate text from a k3 pack: the command line over the rooms
+ * (run.h: the generation loop; text.h: tokenizer and sampler; engine.h:
+ * pack, plan, weights and model; README "Layout").
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -17,20 +18,15 @@
 
 #include <jansson.h>
 
-#include "dump.h"
-#include "generate.h"
+#include "engine.h"
 #include "k3_error.h"
 #include "k3_file.h"
 #include "k3_log.h"
 #include "k3_opts.h"
 #include "k3_progress.h"
 #include "k3_sys.h"
-#include "kern.h"
-#include "model.h"
-#include "plan.h"
-#include "runstats.h"
-#include "tokenizer.h"
-#include "weights.h"
+#include "run.h"
+#include "text.h"
 
 enum {
     OPT_MODEL = K3_OPT_USER, OPT_PROMPT, OPT_FILE, OPT_N, OPT_TEMP, OPT_TOPK, OPT_TOPP, OPT_MINP, OPT_REPEAT,

@@ -1,6 +1,11 @@
 /*
- * kern.h - matrix products of the engine: y = W x for BF16 and MXFP4 weights,
- * one token (matrix-vector) or a batch of tokens (matrix-matrix).
+ * kern.h - the kernels room (k3run/kernels/): arithmetic with one answer on
+ * every CPU. The matrix products here, the scalar math functions (k3_math.h)
+ * and the parallel loop (k3_par.h) give the same bits on every ISA, thread
+ * count and batch size. Nothing here includes a room above it.
+ *
+ * The matrix products: y = W x for BF16 and MXFP4 weights, one token
+ * (matrix-vector) or a batch of tokens (matrix-matrix).
  *
  * THE CANONICAL SUMMATION ORDER (docs/KERNELS.md; every path follows it, so
  * results are bit-identical across ISAs, thread counts and batch sizes):

@@ -10,9 +10,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "model.h"
-#include "sampler.h"
-#include "tokenizer.h"
+#include "engine.h"
+#include "text.h"
 
 /* Streams token bytes: a multi-byte UTF-8 character split across tokens is
    written once complete; bytes that can never become valid UTF-8 are written

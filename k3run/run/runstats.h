@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "weights.h"
+#include "engine.h"
 
 typedef struct k3_step_stat {
     double seconds;           /* wall time of the step */
