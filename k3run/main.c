@@ -86,7 +86,7 @@ static const char footer[] =
     "  k3run -m ~/packs/k3 --temp 0.7 --top-p 0.9 --seed 7 -f prompt.txt\n"
     "  k3run --tokenizer ~/models/Kimi-K3 --tokenize 'Hello world'\n"
     "\n"
-    "Exit status: also 130 when interrupted by Ctrl-C (after printing the text so far).\n";
+    "Interrupted by Ctrl-C, k3run prints the text so far and exits with 130.\n";
 
 static volatile sig_atomic_t g_stop;
 static void on_sigint(int sig) { (void)sig; g_stop = 1; }
@@ -95,6 +95,38 @@ static int fail(k3_err e, const k3_diag *d)
 {
     k3_error("%s", d->msg);
     return k3_exit_code(e);
+}
+
+/* -m names a directory that exists (else: say the pack does not exist, not that a file in it
+   cannot be opened). */
+static k3_err check_pack(const char *pack, k3_diag *d)
+{
+    struct stat st;
+    if (stat(pack, &st) != 0) {
+        int err = errno;
+        if (err == ENOENT || err == ENOTDIR)
+            return k3_fail(d, K3_ERR_IO, "'%s': the pack does not exist (-m takes the directory k3pack wrote)", pack);
+        return k3_fail(d, K3_ERR_IO, "'%s': cannot open the pack: %s", pack, strerror(err));
+    }
+    if (!S_ISDIR(st.st_mode))
+        return k3_fail(d, K3_ERR_IO, "'%s' is not a pack: -m takes the directory k3pack wrote", pack);
+    return K3_OK;
+}
+
+/* Whether the pack has a tokenizer: its tiktoken.model exists (k3pack makes a pack without one,
+   with a warning, from a checkpoint that has none). *path: where it would be. */
+static int pack_has_tokenizer(const char *pack, char *path, size_t cap)
+{
+    k3_diag d;
+    if (k3_path_join(path, cap, pack, "tiktoken.model", &d)) return 1;   /* the load names the problem */
+    return access(path, F_OK) == 0 || errno != ENOENT;
+}
+
+/* `need` (an option or the prompt's source) cannot work without the tokenizer at `path`. */
+static int no_tokenizer(const char *need, const char *path, const char *instead)
+{
+    return k3_usage_error("the pack has no tokenizer ('%s' does not exist) and %s needs one: %s, or copy the "
+                          "checkpoint's tiktoken.model and tokenizer_config.json into the pack", path, need, instead);
 }
 
 /* "1,2,3" or "1 2 3" -> ids (malloc'd). */
@@ -272,10 +304,8 @@ int main(int argc, char **argv)
     k3_diag d;
     if (k3_opts_parse(opts, N_OPTS, argc, argv, &a, &d)) return k3_usage_error("%s", d.msg);
     if (k3_opt_count(&a, K3_OPT_HELP)) {
-        char foot[2048];
-        snprintf(foot, sizeof foot, "%s\n%s", footer, k3_exit_codes_help);
         k3_opts_help(stdout, "k3run -m PACK (-p TEXT | -f FILE | --prompt-ids IDS | < FILE) [OPTIONS]", purpose,
-                     opts, N_OPTS, foot);
+                     opts, N_OPTS, footer);            /* it ends with the exit status table */
         return K3_EXIT_OK;
     }
     if (k3_opt_count(&a, K3_OPT_VERSION)) {
@@ -287,8 +317,15 @@ int main(int argc, char **argv)
     int special = k3_opt_count(&a, OPT_SPECIAL) > 0;
 
     /* tokenizer-only modes */
+    char tik[4096];                                   /* the pack's tiktoken.model */
     if (k3_opt_str(&a, OPT_TOKENIZE) || k3_opt_str(&a, OPT_DETOKENIZE)) {
         if (!pack && !tokdir) return k3_usage_error("--tokenize/--detokenize need -m PACK or --tokenizer DIR");
+        if (!tokdir) {
+            if (check_pack(pack, &d)) return fail(K3_ERR_IO, &d);
+            if (!pack_has_tokenizer(pack, tik, sizeof tik))
+                return no_tokenizer(k3_opt_str(&a, OPT_TOKENIZE) ? "--tokenize" : "--detokenize", tik,
+                                    "give --tokenizer DIR (a checkpoint's directory)");
+        }
         k3_tok *tok;
         k3_err e = k3_tok_load_dir(tokdir ? tokdir : pack, &tok, &d);
         if (e) return fail(e, &d);
@@ -300,6 +337,8 @@ int main(int argc, char **argv)
     if (!pack) return k3_usage_error("no model: give the pack with -m PACK");
     int n_src = !!k3_opt_str(&a, OPT_PROMPT) + !!k3_opt_str(&a, OPT_FILE) + !!k3_opt_str(&a, OPT_PROMPT_IDS);
     if (n_src > 1) return k3_usage_error("give the prompt once: -p, -f or --prompt-ids");
+    int json = k3_opt_count(&a, OPT_JSON) > 0, stats = k3_opt_count(&a, OPT_STATS) > 0;
+    int print_ids = k3_opt_count(&a, OPT_PRINT_IDS) > 0;
 
     uint32_t n_predict, threads, context, batch;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -324,7 +363,17 @@ int main(int argc, char **argv)
     k3_isa isa;
     if (k3_isa_choose(getenv("K3_ISA"), &isa, &d)) return k3_usage_error("K3_ISA: %s", d.msg);
     omp_set_num_threads((int)threads);
-    int json = k3_opt_count(&a, OPT_JSON) > 0, stats = k3_opt_count(&a, OPT_STATS) > 0;
+
+    /* the pack, and its tokenizer if the run needs text: before the prompt is read */
+    if (check_pack(pack, &d)) return fail(K3_ERR_IO, &d);
+    int have_tok = pack_has_tokenizer(pack, tik, sizeof tik);
+    if (!have_tok && !k3_opt_str(&a, OPT_PROMPT_IDS))
+        return no_tokenizer(k3_opt_str(&a, OPT_PROMPT) ? "the prompt from -p" : k3_opt_str(&a, OPT_FILE) ?
+                            "the prompt from -f" : "the prompt from stdin", tik,
+                            "give the prompt as token ids with --prompt-ids and print ids with --print-ids");
+    if (!have_tok && json) return no_tokenizer("--json (its \"text\")", tik, "use --print-ids instead");
+    if (!have_tok && !print_ids)
+        return no_tokenizer("text output", tik, "add --print-ids to print the generated ids");
 
     /* the prompt's text (or ids) first: a bad prompt costs no loading */
     const char *dump_path = k3_opt_str(&a, OPT_DUMP);
@@ -356,7 +405,7 @@ int main(int argc, char **argv)
 
     double t_load = k3_now();
     k3_tok *tok = NULL;
-    if ((e = k3_tok_load_dir(pack, &tok, &d))) { free(text); free(prompt); return fail(e, &d); }
+    if (have_tok && (e = k3_tok_load_dir(pack, &tok, &d))) { free(text); free(prompt); return fail(e, &d); }
     if (text) {
         size_t cap = 0, n = 0;
         e = k3_tok_encode(tok, text, text_len, special, &prompt, &n, &cap, &d);
@@ -365,7 +414,7 @@ int main(int argc, char **argv)
         if (n > UINT32_MAX) n = UINT32_MAX;
         n_prompt = (uint32_t)n;
     }
-    for (uint32_t i = 0; i < n_prompt; i++)
+    for (uint32_t i = 0; tok && i < n_prompt; i++)
         if ((uint32_t)prompt[i] >= k3_tok_n_ids(tok)) {
             int bad = (int)prompt[i];
             uint32_t n_ids = k3_tok_n_ids(tok);
@@ -429,6 +478,10 @@ int main(int argc, char **argv)
         }
         static k3_geometry geo;                          /* ~8 KiB: not on the stack */
         e = k3_weights_open(pack, &w, &d);                /* the manifest and config only */
+        for (uint32_t i = 0; !e && !tok && i < n_prompt; i++)    /* no tokenizer: the model's vocabulary */
+            if ((uint32_t)prompt[i] >= k3w_config(w)->vocab_size)
+                e = k3_fail(&d, K3_ERR_USAGE, "prompt token id %d is outside the vocabulary (0..%u)",
+                            (int)prompt[i], k3w_config(w)->vocab_size - 1);
         if (!e) e = k3_geometry_from_manifest(k3w_manifest(w), k3w_config(w), &geo, &d);
         if (!e) e = k3_plan_for(k3w_config(w), &geo, budget, context, batch, dump_path != NULL, &plan, &d);
         if (e) {
@@ -458,7 +511,7 @@ int main(int argc, char **argv)
                             .dump = dp ? k3_dump_hook : NULL, .dump_ctx = dp};
         e = k3_model_new(w, &mo, &m, &d);
     }
-    if (!e && k3_model_vocab(m) < k3_tok_n_ids(tok) && k3_model_vocab(m) != k3_tok_n_ids(tok))
+    if (!e && tok && k3_model_vocab(m) < k3_tok_n_ids(tok) && k3_model_vocab(m) != k3_tok_n_ids(tok))
         k3_warn("the tokenizer has %u ids, the model's vocabulary %u", k3_tok_n_ids(tok), k3_model_vocab(m));
     t_load = k3_now() - t_load;
     int32_t *gen = NULL;
@@ -481,7 +534,7 @@ int main(int argc, char **argv)
         static char outbuf[1 << 16];                 /* stdout's buffer, made before the token loop */
         if (!json) setvbuf(stdout, outbuf, isatty(1) ? _IOLBF : _IOFBF, sizeof outbuf);
         FILE *out = json ? open_memstream(&mem, &mem_len) : stdout;
-        k3_gen_opts go = {.n_predict = n_predict, .print_ids = k3_opt_count(&a, OPT_PRINT_IDS) > 0 && !json,
+        k3_gen_opts go = {.n_predict = n_predict, .print_ids = print_ids && !json,
                           .eos = k3w_config(w)->eos_token_id, .sampler = so,
                           .on_step = rs.tok ? k3_runstats_step : NULL, .step_ctx = &rs};
         st.t_tok = t_tok;
