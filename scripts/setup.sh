@@ -2,12 +2,21 @@
 # Install the Debian packages k3 needs to build and test. Idempotent: silent and
 # quick when everything is already present. Nothing is fetched from anywhere but
 # the Debian archive configured on this machine.
+#   scripts/setup.sh           build, test, demo
+#   scripts/setup.sh --train   also what retraining the demo model needs (tests/train):
+#                              torch, and OpenBLAS (Debian's torch on the reference BLAS
+#                              multiplies at 3 GFLOP/s instead of 43 here)
 set -eu
 
 # build: compiler, cmake, pkg-config; libraries; test reference (python3 + numpy + regex);
-# strace: the k3pack kill tests stop it at exact system calls (pack_resume, pack_faults)
+# strace: the k3pack kill tests stop it at exact system calls (pack_resume, pack_faults);
+# bible-kjv-text + its reader bible-kjv: the demo model's training and held-out text
 PKGS="gcc make cmake pkg-config libzstd-dev libxxhash-dev libarchive-dev libjansson-dev
-      libpcre2-dev python3 python3-numpy python3-regex python3-xxhash zstd bc strace"
+      libpcre2-dev python3 python3-numpy python3-regex python3-xxhash zstd bc strace
+      bible-kjv bible-kjv-text"
+if [ "${1:-}" = "--train" ]; then
+    PKGS="$PKGS python3-torch libopenblas0-pthread"
+fi
 # optional: clang + libFuzzer runtime for the fuzz target (skipped silently if unavailable)
 OPTIONAL="clang libclang-rt-14-dev"
 
