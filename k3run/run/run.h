@@ -1,7 +1,8 @@
 /*
  * run.h - the run room (k3run/run/): one generation from start to end, over
  * the engine and the text rooms. The loop prefills the prompt, samples and
- * streams each token (generate.h); per-token statistics (runstats.h) and the
+ * streams each token (generate.h), driven by one run over a pack from the
+ * prompt to the report (run_pack.h); per-token statistics (runstats.h) and the
  * debugging dump of every intermediate (dump.h) ride along. Later: sessions,
  * speculation, chat turns.
  */
@@ -10,6 +11,7 @@
 
 #include "dump.h"
 #include "generate.h"
+#include "run_pack.h"
 #include "runstats.h"
 
 #endif
