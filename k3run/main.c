@@ -27,7 +27,7 @@ enum {
     OPT_MODEL = K3_OPT_USER, OPT_PROMPT, OPT_FILE, OPT_N, OPT_TEMP, OPT_TOPK, OPT_TOPP, OPT_MINP, OPT_REPEAT,
     OPT_SEED, OPT_THREADS, OPT_SPECIAL, OPT_STATS, OPT_JSON, OPT_TOKENIZE, OPT_DETOKENIZE, OPT_TOKENIZER,
     OPT_PROMPT_IDS, OPT_PRINT_IDS, OPT_NO_VERIFY_READS, OPT_VERIFY, OPT_CONTEXT, OPT_BATCH, OPT_DUMP, OPT_BUDGET,
-    OPT_PRESET
+    OPT_PRESET, OPT_PERPLEXITY, OPT_CHUNKS
 };
 
 static const k3_opt opts[] = {
@@ -60,6 +60,9 @@ static const k3_opt opts[] = {
     {OPT_NO_VERIFY_READS, 0, "no-verify-reads", NULL, NULL, NULL, "do not check each tensor's XXH3-64 as it is read"},
     {OPT_VERIFY, 0, "verify", NULL, NULL, NULL, "run k3verify's full check of the pack before loading it"},
     {OPT_DUMP, 0, "dump", "FILE", NULL, NULL, "write every processed position's intermediates (safetensors; tests)"},
+    {OPT_PERPLEXITY, 0, "perplexity", "FILE", NULL, NULL,
+     "score FILE instead of generating: PPL over chunks of --context tokens, second halves (llama-perplexity)"},
+    {OPT_CHUNKS, 0, "chunks", "N", "all", NULL, "with --perplexity: score at most N chunks"},
     K3_OPTS_COMMON,
 };
 #define N_OPTS ((int)(sizeof opts / sizeof opts[0]))
@@ -80,6 +83,7 @@ static const char footer[] =
     "  k3run -m ~/packs/k3 -p 'The quick brown fox' -n 64\n"
     "  k3run -m ~/packs/k3 --temp 0.7 --top-p 0.9 --seed 7 -f prompt.txt\n"
     "  k3run --tokenizer ~/models/Kimi-K3 --tokenize 'Hello world'\n"
+    "  k3run -m ~/packs/k3 --perplexity heldout.txt --context 512      # PPL = X +/- Y\n"
     "\n"
     "Interrupted by Ctrl-C, k3run prints the text so far and exits with 130.\n";
 
@@ -248,6 +252,9 @@ int main(int argc, char **argv)
     if (!pack) return k3_usage_error("no model: give the pack with -m PACK");
     int n_src = !!k3_opt_str(&a, OPT_PROMPT) + !!k3_opt_str(&a, OPT_FILE) + !!k3_opt_str(&a, OPT_PROMPT_IDS);
     if (n_src > 1) return k3_usage_error("give the prompt once: -p, -f or --prompt-ids");
+    const char *ppl = k3_opt_str(&a, OPT_PERPLEXITY);
+    if (ppl && n_src) return k3_usage_error("--perplexity scores its FILE: give no prompt (-p, -f, --prompt-ids)");
+    if (!ppl && k3_opt_str(&a, OPT_CHUNKS)) return k3_usage_error("--chunks needs --perplexity FILE");
     int json = k3_opt_count(&a, OPT_JSON) > 0, stats = k3_opt_count(&a, OPT_STATS) > 0;
     int print_ids = k3_opt_count(&a, OPT_PRINT_IDS) > 0;
 
@@ -259,6 +266,10 @@ int main(int argc, char **argv)
         (rc = get_u32(&a, OPT_CONTEXT, 4096, 1, 1u << 24, "context", &context)) ||
         (rc = get_u32(&a, OPT_BATCH, 64, 1, 4096, "batch", &batch)))
         return rc;
+    uint32_t chunks;
+    if ((rc = get_u32(&a, OPT_CHUNKS, 0, 0, UINT32_MAX, "chunks", &chunks))) return rc;
+    if (k3_opt_str(&a, OPT_CHUNKS) && !chunks) return k3_usage_error("--chunks must be at least 1 (got 0)");
+    if (ppl && !k3_opt_str(&a, OPT_CONTEXT)) context = 512;        /* llama-perplexity's default */
     k3_sampler_opts so = {0};
     uint32_t topk;
     uint64_t seed;
@@ -290,6 +301,7 @@ int main(int argc, char **argv)
     /* the pack, and its tokenizer if the run needs text: before the prompt is read */
     if (check_pack(pack, &d)) return fail(K3_ERR_IO, &d);
     int have_tok = pack_has_tokenizer(pack, tik, sizeof tik);
+    if (!have_tok && ppl) return no_tokenizer("--perplexity", tik, "perplexity scores text");
     if (!have_tok && !k3_opt_str(&a, OPT_PROMPT_IDS))
         return no_tokenizer(k3_opt_str(&a, OPT_PROMPT) ? "the prompt from -p" : k3_opt_str(&a, OPT_FILE) ?
                             "the prompt from -f" : "the prompt from stdin", tik,
@@ -303,6 +315,7 @@ int main(int argc, char **argv)
     if (k3_opt_str(&a, OPT_PROMPT_IDS)) snprintf(psrc, sizeof psrc, "--prompt-ids");
     else if (k3_opt_str(&a, OPT_PROMPT)) snprintf(psrc, sizeof psrc, "-p");
     else if (k3_opt_str(&a, OPT_FILE)) snprintf(psrc, sizeof psrc, "-f '%s'", k3_opt_str(&a, OPT_FILE));
+    else if (ppl) snprintf(psrc, sizeof psrc, "--perplexity '%s'", ppl);
     else snprintf(psrc, sizeof psrc, "stdin");
     int32_t *ids = NULL;
     uint32_t n_ids = 0;
@@ -311,7 +324,9 @@ int main(int argc, char **argv)
         return e == K3_ERR_USAGE ? k3_usage_error("--prompt-ids: %s", d.msg) : fail(e, &d);
 
     k3_run_opts ro = {.pack = pack, .have_tokenizer = have_tok, .prompt_ids = ids, .n_prompt_ids = n_ids,
-                      .prompt_text = k3_opt_str(&a, OPT_PROMPT), .prompt_file = k3_opt_str(&a, OPT_FILE),
+                      .prompt_text = k3_opt_str(&a, OPT_PROMPT),
+                      .prompt_file = ppl ? ppl : k3_opt_str(&a, OPT_FILE), .perplexity = ppl != NULL,
+                      .ppl_chunks = chunks,
                       .prompt_source = psrc, .special = special, .n_predict = n_predict, .threads = threads,
                       .context = context, .batch = batch, .sampler = so, .isa = isa, .budget = budget,
                       .verify = k3_opt_count(&a, OPT_VERIFY) > 0,

@@ -255,6 +255,11 @@ const float *k3_model_logits(const k3_model *m)
 {
     return m->logits + (size_t)(m->n_logits ? m->n_logits - 1 : 0) * m->d.V;
 }
+const float *k3_model_logits_row(const k3_model *m, uint32_t i)
+{
+    return m->logits + (size_t)(i < m->n_logits ? i : m->n_logits - 1) * m->d.V;
+}
+uint32_t k3_model_n_logits(const k3_model *m) { return m->n_logits; }
 uint32_t k3_model_vocab(const k3_model *m) { return m->d.V; }
 uint32_t k3_model_pos(const k3_model *m) { return m->pos; }
 uint32_t k3_model_context(const k3_model *m) { return m->o.context; }

@@ -43,6 +43,9 @@ void k3_model_reset(k3_model *m);
 k3_err k3_model_forward(k3_model *m, const int32_t *ids, uint32_t T, k3_diag *d);
 
 const float *k3_model_logits(const k3_model *m);   /* [vocab] fp32, the last processed token */
+/* With all_logits: row i (token i of the last forward call) of its [T][vocab] logits. */
+const float *k3_model_logits_row(const k3_model *m, uint32_t i);
+uint32_t k3_model_n_logits(const k3_model *m);      /* rows the last forward call computed */
 uint32_t k3_model_vocab(const k3_model *m);
 uint32_t k3_model_pos(const k3_model *m);
 uint32_t k3_model_context(const k3_model *m);

@@ -19,6 +19,7 @@
 
 #include "dump.h"
 #include "generate.h"
+#include "perplexity.h"
 #include "k3_log.h"
 #include "k3_sys.h"
 #include "runstats.h"
@@ -156,6 +157,13 @@ k3_err k3_run_pack(const k3_run_opts *o, k3_run_result *r, k3_diag *d)
             free(prompt);
             return USAGE("prompt token id %d is outside the vocabulary (0..%u)", bad, n_ids - 1);
         }
+    if (o->perplexity && !k3_ppl_chunks(n_prompt, o->context, o->ppl_chunks)) {
+        k3_tok_free(tok);
+        free(prompt);
+        return USAGE("%s has %u tokens: --perplexity needs at least 2 x --context = %llu (a smaller --context?)",
+                     o->prompt_source, n_prompt, 2ull * o->context);
+    }
+    if (o->perplexity) goto checked;                  /* its chunks are --context long: no prompt limits */
     if (n_prompt == 0) {
         k3_tok_free(tok);
         free(prompt);
@@ -175,6 +183,7 @@ k3_err k3_run_pack(const k3_run_opts *o, k3_run_result *r, k3_diag *d)
                      o->n_predict, o->context);
     }
 
+checked:
     /* the prompt is good: only now the whole pack's check (--verify) */
     if (o->verify) {
         double tv = k3_now();
@@ -203,7 +212,8 @@ k3_err k3_run_pack(const k3_run_opts *o, k3_run_result *r, k3_diag *d)
                 e = k3_fail(d, K3_ERR_USAGE, "prompt token id %d is outside the vocabulary (0..%u)",
                             (int)prompt[i], k3w_config(w)->vocab_size - 1);
         if (!e) e = k3_geometry_from_manifest(k3w_manifest(w), k3w_config(w), &geo, d);
-        if (!e) e = k3_plan_for(k3w_config(w), &geo, budget, o->context, o->batch, o->dump_path != NULL, &plan, d);
+        if (!e) e = k3_plan_for(k3w_config(w), &geo, budget, o->context, o->batch,
+                                o->dump_path != NULL || o->perplexity, &plan, d);
         if (e) {
             k3_weights_free(w);
             k3_tok_free(tok);
@@ -228,7 +238,8 @@ k3_err k3_run_pack(const k3_run_opts *o, k3_run_result *r, k3_diag *d)
     if (o->dump_path && !(dp = k3_dump_new())) e = k3_fail(d, K3_ERR_NOMEM, "out of memory");
     if (!e) e = k3_weights_load(w, &wo, d);
     if (!e) {
-        k3_model_opts mo = {.max_batch = o->batch, .context = o->context, .isa = o->isa, .all_logits = dp != NULL,
+        k3_model_opts mo = {.max_batch = o->batch, .context = o->context, .isa = o->isa,
+                            .all_logits = dp != NULL || o->perplexity,
                             .dump = dp ? k3_dump_hook : NULL, .dump_ctx = dp};
         e = k3_model_new(w, &mo, &m, d);
     }
@@ -246,6 +257,30 @@ k3_err k3_run_pack(const k3_run_opts *o, k3_run_result *r, k3_diag *d)
         gen = calloc(o->n_predict ? o->n_predict : 1, sizeof *gen);
         t_tok = calloc(o->n_predict ? o->n_predict : 1, sizeof *t_tok);
         if (!gen || !t_tok) e = k3_fail(d, K3_ERR_NOMEM, "out of memory");
+    }
+    if (!e && o->perplexity) {                       /* score the text instead of generating */
+        k3_ppl_result pr = {.running = calloc(k3_ppl_chunks(n_prompt, o->context, o->ppl_chunks), sizeof(double))};
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_sigint;
+        sigaction(SIGINT, &sa, NULL);
+        if (!pr.running) e = k3_fail(d, K3_ERR_NOMEM, "out of memory");
+        else e = k3_perplexity(m, prompt, n_prompt, o->context, o->ppl_chunks, isatty(2) && !o->json ? stderr : NULL,
+                               &g_stop, &pr, d);
+        if (!e) {
+            k3_weights_stats ws;
+            k3w_stats(w, &ws);
+            k3_ppl_info info = {.tokens = n_prompt, .load_seconds = t_load, .bytes_read = k3w_bytes_read(w),
+                                .budget = plan.budget, .isa = k3_isa_name(o->isa), .threads = o->threads};
+            k3_ppl_print(&pr, &info, o->json, stdout);
+            r->interrupted = pr.interrupted;
+        }
+        free(pr.running);
+        free(prompt);
+        k3_model_free(m);
+        k3_weights_free(w);
+        k3_tok_free(tok);
+        return e;
     }
     if (!e) {
         struct sigaction sa;

@@ -3,7 +3,8 @@
  * read and tokenize the prompt and check it against the context (before any
  * weight is read), optionally k3verify the pack, plan the memory, load the
  * weights, generate (text or ids on stdout, Ctrl-C stops with the text so
- * far), write the --dump, and print the statistics or the --json document.
+ * far) or score the text's perplexity (--perplexity), write the --dump, and
+ * print the statistics or the --json document.
  * The options come checked from the command line (main.c).
  */
 #ifndef K3_RUN_PACK_H
@@ -23,6 +24,8 @@ typedef struct k3_run_opts {
     const char *prompt_text;       /* -p, or NULL */
     const char *prompt_file;       /* -f, or NULL */
     const char *prompt_source;     /* for messages: "--prompt-ids", "-p", "-f 'FILE'" or "stdin" */
+    int perplexity;                /* score prompt_file (perplexity.h) instead of generating */
+    uint32_t ppl_chunks;           /* at most this many chunks (0: all) */
     int special;                   /* special-token text in the prompt becomes its id */
     uint32_t n_predict, threads, context, batch;
     k3_sampler_opts sampler;
