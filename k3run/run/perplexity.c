@@ -5,6 +5,7 @@
 
 #include <jansson.h>
 
+#include "k3_log.h"
 #include "k3_sys.h"
 
 uint32_t k3_ppl_chunks(size_t n, uint32_t context, uint32_t max_chunks)
@@ -85,8 +86,8 @@ void k3_ppl_print(const k3_ppl_result *r, const k3_ppl_info *info, int json, FIL
 {
     if (!json) {
         fprintf(out, "Final estimate: PPL = %.4f +/- %.5f\n", r->ppl, r->ppl_stderr);
-        fprintf(stderr, "k3run: %u chunks of %u tokens, %llu tokens scored in %.2f s (%.1f tok/s)%s\n", r->chunks,
-                r->context, (unsigned long long)r->tokens_scored, r->seconds,
+        k3_info("%u chunks of %u tokens, %llu tokens scored in %.2f s (%.1f tok/s)%s", r->chunks, r->context,
+                (unsigned long long)r->tokens_scored, r->seconds,
                 r->seconds > 0 ? r->chunks * (double)r->context / r->seconds : 0.0,
                 r->interrupted ? " (interrupted)" : "");
         return;

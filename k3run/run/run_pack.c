@@ -246,18 +246,6 @@ checked:
     if (!e && tok && k3_model_vocab(m) < k3_tok_n_ids(tok) && k3_model_vocab(m) != k3_tok_n_ids(tok))
         k3_warn("the tokenizer has %u ids, the model's vocabulary %u", k3_tok_n_ids(tok), k3_model_vocab(m));
     t_load = k3_now() - t_load;
-    int32_t *gen = NULL;
-    double *t_tok = NULL;
-    char *mem = NULL;
-    size_t mem_len = 0;
-    k3_gen_stats st = {0};
-    k3_runstats rs = {0};
-    if (!e && (o->stats || o->json) && k3_runstats_init(&rs, w, o->n_predict)) e = k3_fail(d, K3_ERR_NOMEM, "out of memory");
-    if (!e) {
-        gen = calloc(o->n_predict ? o->n_predict : 1, sizeof *gen);
-        t_tok = calloc(o->n_predict ? o->n_predict : 1, sizeof *t_tok);
-        if (!gen || !t_tok) e = k3_fail(d, K3_ERR_NOMEM, "out of memory");
-    }
     if (!e && o->perplexity) {                       /* score the text instead of generating */
         k3_ppl_result pr = {.running = calloc(k3_ppl_chunks(n_prompt, o->context, o->ppl_chunks), sizeof(double))};
         struct sigaction sa;
@@ -277,10 +265,23 @@ checked:
         }
         free(pr.running);
         free(prompt);
+        k3_dump_free(dp);
         k3_model_free(m);
         k3_weights_free(w);
         k3_tok_free(tok);
         return e;
+    }
+    int32_t *gen = NULL;
+    double *t_tok = NULL;
+    char *mem = NULL;
+    size_t mem_len = 0;
+    k3_gen_stats st = {0};
+    k3_runstats rs = {0};
+    if (!e && (o->stats || o->json) && k3_runstats_init(&rs, w, o->n_predict)) e = k3_fail(d, K3_ERR_NOMEM, "out of memory");
+    if (!e) {
+        gen = calloc(o->n_predict ? o->n_predict : 1, sizeof *gen);
+        t_tok = calloc(o->n_predict ? o->n_predict : 1, sizeof *t_tok);
+        if (!gen || !t_tok) e = k3_fail(d, K3_ERR_NOMEM, "out of memory");
     }
     if (!e) {
         struct sigaction sa;
