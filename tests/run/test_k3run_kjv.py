@@ -1,0 +1,123 @@
+"""k3run on the trained demo model (tests/models/k3-kjv, docs/MODEL-CARD.md) against the NumPy
+reference: greedy ids of three prompts (64 tokens) and every layer within runlib's TOL; the
+perplexity of the held-out books equals the reference's and is bit-identical at two budgets,
+two thread counts and two batch sizes; the demo's text (scripts/demo.sh's prompts and
+options) is King James English: at least 90 % of its words occur in the training books.
+
+The trained model's logits are peaked (a greedy gap of several units where random weights
+give tenths), so equal ids over 64 tokens is a stronger check than on random checkpoints."""
+
+import json
+import os
+import re
+import subprocess
+import unittest
+
+from runlib import PY, SRC, TMP, compare_dumps, k3ref, k3run, minimum_budget, run
+
+CKPT = os.path.join(SRC, "tests", "models", "k3-kjv")
+TRAIN = os.path.join(SRC, "tests", "train")
+PROMPTS = ["In the beginning God", "And Jesus answered and said",
+           "And God said, Let there be light"]
+DEMO_PROMPTS = PROMPTS[:2]
+N_LAYERS = 9
+PPL_CONTEXT, PPL_CHUNKS = 128, 4
+# PPL agreement: k3run's and the reference's fp32 logits differ by ~1e-6 relative (TOL states
+# 1e-4 for any fp32 order); a token's nll moves by at most max|dlogit| * 2, so the mean nll by
+# about 1e-5 and PPL by exp(1e-5) - 1 = 1e-5 relative. 1e-4 leaves 10x headroom; a wrong
+# chunking or an off-by-one in the scored positions moves PPL by percents.
+PPL_TOL = 1e-4
+
+
+def demo_args(prompt):
+    """The demo's generation options (scripts/demo.sh reads the same line)."""
+    with open(os.path.join(SRC, "scripts", "demo.sh"), encoding="utf-8") as f:
+        m = re.search(r"^DEMO_GEN='([^']*)'", f.read(), re.M)
+    assert m, "scripts/demo.sh has no DEMO_GEN line"
+    return m.group(1).split() + ["-p", prompt]
+
+
+class TestKjv(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.work = os.path.join(TMP, "k3run-kjv")
+        os.makedirs(cls.work, exist_ok=True)
+        cls.pack = os.path.join(cls.work, "k3-kjv.k3pack")
+        if not os.path.exists(os.path.join(cls.pack, "manifest.json")) or \
+                subprocess.run([os.path.join(os.environ.get("K3_BIN", ""), "k3verify"), "-q", cls.pack]).returncode:
+            run(["rm", "-rf", cls.pack])
+            run([os.path.join(os.environ["K3_BIN"], "k3pack"), "-q", CKPT, "-o", cls.pack])
+        cls.data = os.path.join(cls.work, "data")
+        if not os.path.exists(os.path.join(cls.data, "kjv-heldout.txt")):
+            run([PY, os.path.join(TRAIN, "kjv_data.py"), "--out", cls.data, "--chats", "0"])
+
+    def test_parity(self):
+        """greedy ids (64 tokens) and text identical to the reference; every layer within TOL"""
+        for i, prompt in enumerate(PROMPTS):
+            with self.subTest(prompt=prompt):
+                rd, cd = os.path.join(self.work, "ref-%d.st" % i), os.path.join(self.work, "c-%d.st" % i)
+                rids = k3ref(["--model", CKPT, "--prompt", prompt, "--n", "64", "--print-ids", "--dump", rd]).stdout
+                cids = k3run(["-m", self.pack, "-p", prompt, "-n", "64", "--print-ids", "--dump", cd]).stdout
+                self.assertEqual(cids, rids, "greedy ids differ")
+                self.assertEqual(len(rids.split()), 64, "stopped early: %r" % rids)
+                worst = compare_dumps(self, cd, rd, N_LAYERS)
+                print("%r: %d ids identical, worst relative error %.2e" % (prompt, len(rids.split()), worst))
+
+    def ppl(self, extra):
+        p = k3run(["-m", self.pack, "--perplexity", os.path.join(self.data, "kjv-heldout.txt"),
+                   "--context", str(PPL_CONTEXT), "--chunks", str(PPL_CHUNKS), "--json"] + extra)
+        return json.loads(p.stdout)
+
+    def test_perplexity(self):
+        """--perplexity equals the reference's on the held-out books; identical at two budgets,
+        two thread counts and two batch sizes"""
+        ref = json.loads(run([PY, os.path.join(SRC, "tests", "reference", "perplexity.py"), "--model", CKPT,
+                              "--file", os.path.join(self.data, "kjv-heldout.txt"), "--context", str(PPL_CONTEXT),
+                              "--chunks", str(PPL_CHUNKS), "--json"]).stdout)
+        c = self.ppl([])
+        for key in ("context", "chunks", "tokens_scored"):
+            self.assertEqual(c[key], ref[key], key)
+        self.assertEqual(c["tokens_scored"], PPL_CHUNKS * (PPL_CONTEXT - 1 - PPL_CONTEXT // 2))
+        self.assertLessEqual(abs(c["ppl"] / ref["ppl"] - 1), PPL_TOL, "k3run %r vs reference %r" % (c, ref))
+        self.assertLessEqual(abs(c["ppl_stderr"] / ref["ppl_stderr"] - 1), 10 * PPL_TOL)
+        for a, b in zip(c["running"], ref["running"]):
+            self.assertLessEqual(abs(a / b - 1), PPL_TOL)
+        print("held-out PPL (%d chunks of %d): k3run %.6f, reference %.6f" % (PPL_CHUNKS, PPL_CONTEXT, c["ppl"], ref["ppl"]))
+        low = minimum_budget(self.pack)
+        for extra in (["--budget", str(low)], ["-t", "1"], ["-t", "2", "--batch", "7"], ["--budget", "4G", "-t", "1"]):
+            with self.subTest(args=extra):
+                x = self.ppl(extra)
+                for key in ("ppl", "ppl_stderr", "running", "tokens_scored"):
+                    self.assertEqual(x[key], c[key], "%s differs with %s" % (key, extra))
+
+    def test_perplexity_errors(self):
+        """a file shorter than two contexts, a bad --chunks: exit 2 with the reason"""
+        short = os.path.join(self.work, "short.txt")
+        with open(short, "w") as f:
+            f.write("And God said, Let there be light: and there was light.\n")
+        p = k3run(["-m", self.pack, "--perplexity", short, "--context", "128"], check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn(b"2 x --context", p.stderr)
+        p = k3run(["-m", self.pack, "--perplexity", "/no/such/file.txt"], check=False)
+        self.assertEqual(p.returncode, 3, p.stderr)
+        self.assertIn(b"/no/such/file.txt", p.stderr)
+        p = k3run(["-m", self.pack, "--perplexity", short, "--chunks", "x"], check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+
+    def test_demo_text_is_kjv(self):
+        """at least 90 % of the demo's words occur in the training books"""
+        with open(os.path.join(self.data, "kjv-train.txt"), encoding="utf-8") as f:
+            vocab = set(re.findall(r"[A-Za-z]+", f.read().lower()))
+        words = []
+        for prompt in DEMO_PROMPTS:
+            text = k3run(["-m", self.pack] + demo_args(prompt)).stdout.decode("utf-8", "replace")
+            print("%s%s" % (prompt, text))
+            words += re.findall(r"[A-Za-z]+", text.lower())
+        self.assertGreaterEqual(len(words), 40, "the demo says too little: %r" % words)
+        known = sum(w in vocab for w in words)
+        print("demo: %d of %d words occur in the training books (%.1f %%)" % (known, len(words), 100 * known / len(words)))
+        self.assertGreaterEqual(known, 0.9 * len(words))
+
+
+if __name__ == "__main__":
+    unittest.main()
