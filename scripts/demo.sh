@@ -18,10 +18,15 @@ rm -rf "$pack"
 mkdir -p build/demo
 step build/bin/k3pack "$ckpt" -o "$pack"
 step build/bin/k3verify "$pack"
-# shellcheck disable=SC2086
-step build/bin/k3run -m "$pack" $DEMO_GEN -p 'In the beginning God'
-# shellcheck disable=SC2086
-step build/bin/k3run -m "$pack" $DEMO_GEN -p 'And Jesus answered and said' --stats
-printf '\n\n(k3-kjv has 8.6 M parameters and learned from one book for an hour on two cores:\n'
+# k3run does not echo the prompt: print it, then the continuation
+gen() {
+    printf "\n$ build/bin/k3run -m %s %s -p '%s'\n%s" "$pack" "$DEMO_GEN" "$1" "$1"
+    # shellcheck disable=SC2086
+    build/bin/k3run -q -m "$pack" $DEMO_GEN -p "$1"
+    printf '\n'
+}
+gen 'In the beginning God'
+gen 'And Jesus answered and said'
+printf '\n\n(k3-kjv has 8.6 M parameters and learned from one book in 90 minutes on two cores:\n'
 printf 'it writes King James English, not scripture. Every token is exactly what the NumPy\n'
 printf 'reference computes from the same weights; see docs/MODEL-CARD.md and tests/run.)\n'
