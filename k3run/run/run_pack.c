@@ -30,6 +30,34 @@
 static volatile sig_atomic_t g_stop;
 static void on_sigint(int sig) { (void)sig; g_stop = 1; }
 
+/* Ctrl-C sets g_stop: the work in progress stops at its next check and reports what it has. */
+static void catch_sigint(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sigaction(SIGINT, &sa, NULL);
+}
+
+/* --perplexity: score the prompt's ids (perplexity.h) and print the result. */
+static k3_err score_perplexity(const k3_run_opts *o, k3_model *m, const k3_weights *w, const k3_plan *plan,
+                               double t_load, const int32_t *ids, uint32_t n, k3_run_result *r, k3_diag *d)
+{
+    k3_ppl_result pr = {.running = calloc(k3_ppl_chunks(n, o->context, o->ppl_chunks), sizeof(double))};
+    if (!pr.running) return k3_fail(d, K3_ERR_NOMEM, "out of memory");
+    catch_sigint();
+    k3_err e = k3_perplexity(m, ids, n, o->context, o->ppl_chunks, isatty(2) && !o->json ? stderr : NULL,
+                             &g_stop, &pr, d);
+    if (!e) {
+        k3_ppl_info info = {.tokens = n, .load_seconds = t_load, .bytes_read = k3w_bytes_read(w),
+                            .budget = plan->budget, .isa = k3_isa_name(o->isa), .threads = o->threads};
+        k3_ppl_print(&pr, &info, o->json, stdout);
+        r->interrupted = pr.interrupted;
+    }
+    free(pr.running);
+    return e;
+}
+
 static k3_err read_stream(FILE *f, const char *name, char **out, size_t *len, k3_diag *d)
 {
     size_t cap = 1 << 16, n = 0;
@@ -246,37 +274,16 @@ checked:
     if (!e && tok && k3_model_vocab(m) < k3_tok_n_ids(tok) && k3_model_vocab(m) != k3_tok_n_ids(tok))
         k3_warn("the tokenizer has %u ids, the model's vocabulary %u", k3_tok_n_ids(tok), k3_model_vocab(m));
     t_load = k3_now() - t_load;
-    if (!e && o->perplexity) {                       /* score the text instead of generating */
-        k3_ppl_result pr = {.running = calloc(k3_ppl_chunks(n_prompt, o->context, o->ppl_chunks), sizeof(double))};
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = on_sigint;
-        sigaction(SIGINT, &sa, NULL);
-        if (!pr.running) e = k3_fail(d, K3_ERR_NOMEM, "out of memory");
-        else e = k3_perplexity(m, prompt, n_prompt, o->context, o->ppl_chunks, isatty(2) && !o->json ? stderr : NULL,
-                               &g_stop, &pr, d);
-        if (!e) {
-            k3_weights_stats ws;
-            k3w_stats(w, &ws);
-            k3_ppl_info info = {.tokens = n_prompt, .load_seconds = t_load, .bytes_read = k3w_bytes_read(w),
-                                .budget = plan.budget, .isa = k3_isa_name(o->isa), .threads = o->threads};
-            k3_ppl_print(&pr, &info, o->json, stdout);
-            r->interrupted = pr.interrupted;
-        }
-        free(pr.running);
-        free(prompt);
-        k3_dump_free(dp);
-        k3_model_free(m);
-        k3_weights_free(w);
-        k3_tok_free(tok);
-        return e;
-    }
     int32_t *gen = NULL;
     double *t_tok = NULL;
     char *mem = NULL;
     size_t mem_len = 0;
     k3_gen_stats st = {0};
     k3_runstats rs = {0};
+    if (!e && o->perplexity) {                       /* score the text instead of generating */
+        e = score_perplexity(o, m, w, &plan, t_load, prompt, n_prompt, r, d);
+        goto out;
+    }
     if (!e && (o->stats || o->json) && k3_runstats_init(&rs, w, o->n_predict)) e = k3_fail(d, K3_ERR_NOMEM, "out of memory");
     if (!e) {
         gen = calloc(o->n_predict ? o->n_predict : 1, sizeof *gen);
@@ -284,10 +291,7 @@ checked:
         if (!gen || !t_tok) e = k3_fail(d, K3_ERR_NOMEM, "out of memory");
     }
     if (!e) {
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = on_sigint;
-        sigaction(SIGINT, &sa, NULL);
+        catch_sigint();
         static char outbuf[1 << 16];                 /* stdout's buffer, made before the token loop */
         if (!o->json) setvbuf(stdout, outbuf, isatty(1) ? _IOLBF : _IOFBF, sizeof outbuf);
         FILE *out = o->json ? open_memstream(&mem, &mem_len) : stdout;
@@ -366,6 +370,7 @@ checked:
             free(txt);
         }
     }
+out:
     free(mem);
     free(gen);
     free(t_tok);
@@ -375,6 +380,6 @@ checked:
     k3_model_free(m);
     k3_weights_free(w);
     k3_tok_free(tok);
-    r->interrupted = st.interrupted;
+    r->interrupted |= st.interrupted;             /* or the perplexity run's, set above */
     return e;
 }

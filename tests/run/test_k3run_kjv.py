@@ -10,10 +10,11 @@ give tenths), so equal ids over 64 tokens is a stronger check than on random che
 import json
 import os
 import re
+import shutil
 import subprocess
 import unittest
 
-from runlib import PY, SRC, TMP, compare_dumps, k3ref, k3run, minimum_budget, run
+from runlib import BIN, PY, SRC, TMP, compare_dumps, k3ref, k3run, minimum_budget, run
 
 CKPT = os.path.join(SRC, "tests", "models", "k3-kjv")
 TRAIN = os.path.join(SRC, "tests", "train")
@@ -44,9 +45,9 @@ class TestKjv(unittest.TestCase):
         os.makedirs(cls.work, exist_ok=True)
         cls.pack = os.path.join(cls.work, "k3-kjv.k3pack")
         if not os.path.exists(os.path.join(cls.pack, "manifest.json")) or \
-                subprocess.run([os.path.join(os.environ.get("K3_BIN", ""), "k3verify"), "-q", cls.pack]).returncode:
-            run(["rm", "-rf", cls.pack])
-            run([os.path.join(os.environ["K3_BIN"], "k3pack"), "-q", CKPT, "-o", cls.pack])
+                subprocess.run([os.path.join(BIN, "k3verify"), "-q", cls.pack]).returncode:
+            shutil.rmtree(cls.pack, ignore_errors=True)
+            run([os.path.join(BIN, "k3pack"), "-q", CKPT, "-o", cls.pack])
         cls.data = os.path.join(cls.work, "data")
         if not os.path.exists(os.path.join(cls.data, "kjv-heldout.txt")):
             run([PY, os.path.join(TRAIN, "kjv_data.py"), "--out", cls.data, "--chats", "0"])

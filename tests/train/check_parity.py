@@ -20,6 +20,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "reference"))
 import export  # noqa: E402
 import k3torch  # noqa: E402
 import kimi_tokenizer as kt  # noqa: E402
+import mxfp4  # noqa: E402
 from k3model import Model as RefModel  # noqa: E402
 from safetensors_io import ModelDir  # noqa: E402
 
@@ -27,7 +28,6 @@ from safetensors_io import ModelDir  # noqa: E402
 def load_exported(model, ckpt):
     """Copy a checkpoint's exact weights (BF16 widened, MXFP4 dequantized) into model."""
     md = ModelDir(ckpt)
-    import mxfp4
     sd = model.state_dict()
     with torch.no_grad():
         for key, t in sd.items():
@@ -51,7 +51,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     torch.manual_seed(a.seed)
     n_ranks = len(kt.load_tiktoken_bpe(os.path.join(a.tok, "tiktoken.model")))
-    m = k3torch.Model(k3torch_cfg := {"text_config": export.text_config(n_ranks)})
+    m = k3torch.Model({"text_config": export.text_config(n_ranks)})
     # an untrained model routes on near-zero logits; give the router and AttnRes real signal
     with torch.no_grad():
         for p_name, p in m.named_parameters():

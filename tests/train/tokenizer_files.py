@@ -23,14 +23,14 @@ sys.path.insert(0, REF)
 import build_tokenizer  # noqa: E402
 import kimi_tokenizer as kt  # noqa: E402
 
-FIXTURE = os.path.join(HERE, "..", "..", "..", "shared", "fixtures", "kimi-k3-tokenizer_config.json")
+# Kimi K3's released tokenizer_config.json, byte for byte (the fixture of ../shared/fixtures)
+K3_TOKENIZER_CONFIG = os.path.join(HERE, "k3-tokenizer_config.json")
 K3_RANKS = 163584
 
 
 def tokenizer_config(n_ranks):
     """K3's released tokenizer_config.json (key order kept) with ids shifted to n_ranks."""
-    here_copy = os.path.join(HERE, "k3-tokenizer_config.json")
-    with open(here_copy if os.path.exists(here_copy) else FIXTURE, encoding="utf-8") as f:
+    with open(K3_TOKENIZER_CONFIG, encoding="utf-8") as f:
         cfg = json.load(f)
     cfg["added_tokens_decoder"] = {str(int(k) - K3_RANKS + n_ranks): v
                                    for k, v in cfg["added_tokens_decoder"].items()}

@@ -143,8 +143,9 @@ def main(argv=None):
     torch.manual_seed(a.seed)
     model = k3torch.Model(cfg)
     opt = make_optimizer(model, a)
-    recipe = {k: v for k, v in vars(a).items() if k not in ("state", "out", "threads", "save_every", "stop_after")}
-    recipe.pop("data"), recipe.pop("tok")
+    # what decides the weights (paths, threads and checkpointing do not)
+    recipe = {k: v for k, v in vars(a).items()
+              if k not in ("data", "tok", "state", "out", "threads", "save_every", "stop_after")}
     state_path = os.path.join(a.state, "state.pt")
     step, elapsed = 0, 0.0
     if os.path.exists(state_path):
