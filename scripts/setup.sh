@@ -10,9 +10,10 @@ set -eu
 
 # build: compiler, cmake, pkg-config; libraries; test reference (python3 + numpy + regex);
 # strace: the k3pack kill tests stop it at exact system calls (pack_resume, pack_faults);
-# bible-kjv-text + its reader bible-kjv: the demo model's training and held-out text
+# bible-kjv-text + its reader bible-kjv: the demo model's training and held-out text;
+# libedit-dev: line editing and history in `k3run chat` (BSD-licensed, Debian's editline)
 PKGS="gcc make cmake pkg-config libzstd-dev libxxhash-dev libarchive-dev libjansson-dev
-      libpcre2-dev python3 python3-numpy python3-regex python3-xxhash zstd bc strace
+      libpcre2-dev libedit-dev python3 python3-numpy python3-regex python3-xxhash zstd bc strace
       bible-kjv bible-kjv-text"
 if [ "${1:-}" = "--train" ]; then
     PKGS="$PKGS python3-torch libopenblas0-pthread"

@@ -52,6 +52,37 @@ uint32_t k3_model_context(const k3_model *m);
 uint32_t k3_model_max_batch(const k3_model *m);
 uint64_t k3_model_scratch_bytes(const k3_model *m); /* buffers + states + cache */
 
+/*
+ * State (model_state.c). A position's state is the KDA conv windows and
+ * recurrent matrices, the MLA latent cache rows [0, pos) and the last token's
+ * logits. The cache is append-only, so returning to an earlier position needs
+ * only the KDA state of then: a snapshot (k3_model_snap_bytes: the KDA state
+ * and one logits row; for real K3 about 443 MiB) restores it, and truncates
+ * the cache by moving pos back. A snapshot taken at p stays valid while no
+ * position below p is overwritten, that is until a restore to a position < p
+ * is followed by a forward pass.
+ */
+typedef struct k3_model_snap k3_model_snap;
+uint64_t k3_model_snap_bytes(const k3_model *m);
+k3_err k3_model_snap_new(const k3_model *m, k3_model_snap **out, k3_diag *d);
+void k3_model_snap_free(k3_model_snap *s);
+void k3_model_snap_take(const k3_model *m, k3_model_snap *s);            /* at the current position */
+uint32_t k3_model_snap_pos(const k3_model_snap *s);                       /* UINT32_MAX: empty */
+k3_err k3_model_snap_restore(k3_model *m, const k3_model_snap *s, k3_diag *d);  /* s's pos <= the current */
+
+/* The state as named parts, for session files: for each layer in order "kda.L.win" [3][C][W-1]
+   and "kda.L.S" [H][K][K], or "mla.L.c" [pos][R] and "mla.L.kr" [pos][dr]; then "logits" [V]
+   (the last token's). data points into the model's own buffers: read them to save; to load,
+   k3_model_state_set_pos first, then fill every part. */
+typedef struct k3_state_part {
+    char name[32];
+    void *data;
+    uint64_t bytes;
+} k3_state_part;
+uint32_t k3_model_state_nparts(const k3_model *m);
+k3_err k3_model_state_part(k3_model *m, uint32_t i, uint32_t pos, k3_state_part *p, k3_diag *d);
+k3_err k3_model_state_set_pos(k3_model *m, uint32_t pos, k3_diag *d);
+
 /* What k3_model_new allocates for a config, batch and context, without a model: model_shape.h. */
 
 #endif

@@ -66,6 +66,8 @@ typedef struct k3_plan {
     uint64_t buffers;            /* the model's buffers (k3_model_shape_from_config) */
     uint64_t kda_state, mla_cache;   /* parts of buffers, for the report */
     uint64_t margin;
+    uint32_t n_snapshots;        /* state snapshots kept (chat's prompt cache), counted in buffers */
+    uint64_t snapshot_bytes;     /* one of them: the KDA state and a logits row (k3_model_snap_bytes) */
     uint32_t n_units;            /* = geometry n_units */
     uint8_t unit_streamed[K3_MAX_LAYERS + 1];  /* [n_units] 1: read every token through the stream buffers */
     uint32_t n_streamed;
@@ -93,6 +95,10 @@ k3_err k3_plan_make(const k3_config *c, const k3_geometry *g, uint64_t budget, u
 /* k3_plan_make with the model's buffers sized by k3_model_shape_from_config (all_logits: --dump). */
 k3_err k3_plan_for(const k3_config *c, const k3_geometry *g, uint64_t budget, uint32_t context, uint32_t batch,
                    int all_logits, k3_plan *p, k3_diag *d);
+
+/* k3_plan_for with room for `snapshots` state snapshots (model.h) in the buffers. */
+k3_err k3_plan_with_snapshots(const k3_config *c, const k3_geometry *g, uint64_t budget, uint32_t context,
+                              uint32_t batch, int all_logits, uint32_t snapshots, k3_plan *p, k3_diag *d);
 
 /* The memory this process may use: MemAvailable and the cgroup limit (v1 or v2), whichever is
    smaller; 0 if unknown. *source names where it came from. */

@@ -18,6 +18,7 @@
 #include <jansson.h>
 
 #include "dump.h"
+#include "load.h"
 #include "generate.h"
 #include "perplexity.h"
 #include "k3_log.h"
@@ -81,35 +82,6 @@ static k3_err read_stream(FILE *f, const char *name, char **out, size_t *len, k3
     }
     *out = b;
     *len = n;
-    return K3_OK;
-}
-
-/* Run `k3verify -q PACK` from k3run's own directory. */
-static k3_err run_verify(const char *pack, k3_diag *d)
-{
-    char self[4096], tool[4200];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0) return k3_fail(d, K3_ERR_IO, "cannot find k3run's own path to run k3verify");
-    self[n] = 0;
-    char *slash = strrchr(self, '/');
-    if (slash) *slash = 0;
-    snprintf(tool, sizeof tool, "%s/k3verify", self);
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0) return k3_fail(d, K3_ERR_IO, "fork: %s", strerror(errno));
-    if (pid == 0) {
-        execl(tool, "k3verify", "-q", pack, (char *)NULL);
-        fprintf(stderr, "k3run: cannot run '%s': %s\n", tool, strerror(errno));
-        _exit(K3_EXIT_IO);
-    }
-    int status;
-    while (waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR) return k3_fail(d, K3_ERR_IO, "waitpid: %s", strerror(errno));
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        int code = WIFEXITED(status) ? WEXITSTATUS(status) : K3_EXIT_INTERNAL;
-        return k3_fail(d, code == K3_EXIT_DATA ? K3_ERR_CORRUPT : code == K3_EXIT_IO ? K3_ERR_IO : K3_ERR_INTERNAL,
-                       "'%s': k3verify found the pack unusable (exit %d); nothing was run", pack, code);
-    }
     return K3_OK;
 }
 
@@ -212,65 +184,36 @@ k3_err k3_run_pack(const k3_run_opts *o, k3_run_result *r, k3_diag *d)
     }
 
 checked:
-    /* the prompt is good: only now the whole pack's check (--verify) */
-    if (o->verify) {
-        double tv = k3_now();
-        if ((e = run_verify(o->pack, d))) { k3_tok_free(tok); free(prompt); return e; }
-        t_load += k3_now() - tv;                     /* the load time does not count the check */
-    }
+    /* the prompt is good: only now the pack's check (--verify), the plan and the weights */
 
-    /* the memory plan, from the manifest alone */
-    k3_plan plan;
-    k3_weights *w = NULL;
-    {
-        uint64_t budget = o->budget;
-        const char *src = NULL;
-        if (!budget) {
-            budget = k3_machine_memory(&src);
-            uint64_t keep = budget / 10 > (512ull << 20) ? budget / 10 : (512ull << 20);
-            budget = budget > keep ? budget - keep : 0;
-            if (k3_log_level() >= 1)
-                fprintf(stderr, "%s: no --budget: using %.2f GiB (%s, less a margin)\n", k3_log_prog(),
-                        budget / 1073741824.0, src);
-        }
-        static k3_geometry geo;                          /* ~8 KiB: not on the stack */
-        e = k3_weights_open(o->pack, &w, d);                /* the manifest and config only */
-        for (uint32_t i = 0; !e && !tok && i < n_prompt; i++)    /* no tokenizer: the model's vocabulary */
-            if ((uint32_t)prompt[i] >= k3w_config(w)->vocab_size)
-                e = k3_fail(d, K3_ERR_USAGE, "prompt token id %d is outside the vocabulary (0..%u)",
-                            (int)prompt[i], k3w_config(w)->vocab_size - 1);
-        if (!e) e = k3_geometry_from_manifest(k3w_manifest(w), k3w_config(w), &geo, d);
-        if (!e) e = k3_plan_for(k3w_config(w), &geo, budget, o->context, o->batch,
-                                o->dump_path != NULL || o->perplexity, &plan, d);
-        if (e) {
-            k3_weights_free(w);
-            k3_tok_free(tok);
-            free(prompt);
-            r->usage = e == K3_ERR_USAGE;
-            return e;
-        }
-        if (o->stats || k3_log_level() >= 2)
-            fprintf(stderr, "%s: plan for %.2f GiB: %.2f GiB resident (trunk %.2f, %u units streamed through "
-                    "%.2f GiB of buffers, model buffers %.2f, experts %s%.2f in %llu slots); expected %.1f MiB read "
-                    "per token\n", k3_log_prog(), plan.budget / 1073741824.0, plan.resident / 1073741824.0,
-                    plan.trunk_resident / 1073741824.0, plan.n_streamed, plan.stream_buffers / 1073741824.0,
-                    plan.buffers / 1073741824.0, plan.experts_all_resident ? "all resident, " : "cache ",
-                    plan.expert_cache / 1073741824.0, (unsigned long long)plan.expert_slots,
-                    plan.disk_per_token / 1048576.0);
+    /* the memory plan, from the manifest alone; then the weights */
+    k3_load_opts lo = {.pack = o->pack, .budget = o->budget, .context = o->context, .batch = o->batch,
+                       .all_logits = o->dump_path != NULL || o->perplexity, .verify = o->verify,
+                       .verify_reads = o->verify_reads, .report = o->stats, .isa = o->isa};
+    k3_loaded ld = {0};
+    int usage = 0;
+    e = k3_load_plan(&lo, &ld, &usage, d);
+    for (uint32_t i = 0; !e && !tok && i < n_prompt; i++)    /* no tokenizer: the model's vocabulary */
+        if ((uint32_t)prompt[i] >= k3w_config(ld.w)->vocab_size)
+            e = k3_fail(d, K3_ERR_USAGE, "prompt token id %d is outside the vocabulary (0..%u)",
+                        (int)prompt[i], k3w_config(ld.w)->vocab_size - 1), usage = 1;
+    if (e) {
+        k3_loaded_free(&ld);
+        k3_tok_free(tok);
+        free(prompt);
+        r->usage = usage;
+        return e;
     }
-    k3_weights_opts wo = {.verify_reads = o->verify_reads, .progress = 1,
-                          .expert_slots = plan.experts_all_resident ? 0 : plan.expert_slots,
-                          .unit_streamed = plan.n_streamed ? plan.unit_streamed : NULL};
-    k3_model *m = NULL;
+    t_load += ld.t_verify;
     k3_dump *dp = NULL;
     if (o->dump_path && !(dp = k3_dump_new())) e = k3_fail(d, K3_ERR_NOMEM, "out of memory");
-    if (!e) e = k3_weights_load(w, &wo, d);
-    if (!e) {
-        k3_model_opts mo = {.max_batch = o->batch, .context = o->context, .isa = o->isa,
-                            .all_logits = dp != NULL || o->perplexity,
-                            .dump = dp ? k3_dump_hook : NULL, .dump_ctx = dp};
-        e = k3_model_new(w, &mo, &m, d);
-    }
+    lo.dump = dp ? k3_dump_hook : NULL;
+    lo.dump_ctx = dp;
+    if (!e) e = k3_load_model(&lo, &ld, d);
+    k3_weights *w = ld.w;
+    k3_model *m = ld.m;
+    const k3_plan plan = ld.plan;
+    const k3_weights_opts wo = ld.wo;
     if (!e && tok && k3_model_vocab(m) < k3_tok_n_ids(tok) && k3_model_vocab(m) != k3_tok_n_ids(tok))
         k3_warn("the tokenizer has %u ids, the model's vocabulary %u", k3_tok_n_ids(tok), k3_model_vocab(m));
     t_load = k3_now() - t_load;
@@ -377,8 +320,7 @@ out:
     k3_runstats_free(&rs);
     free(prompt);
     k3_dump_free(dp);
-    k3_model_free(m);
-    k3_weights_free(w);
+    k3_loaded_free(&ld);
     k3_tok_free(tok);
     r->interrupted |= st.interrupted;             /* or the perplexity run's, set above */
     return e;

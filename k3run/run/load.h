@@ -1,0 +1,46 @@
+/*
+ * load.h - bringing a pack up for a run, shared by every front end (a
+ * generation, a perplexity run, a chat): optionally k3verify the whole pack,
+ * plan the memory from the manifest alone, then read the weights and make the
+ * model. Two steps, so a front end can refuse its input between the plan and
+ * the reading of the first weight.
+ */
+#ifndef K3_LOAD_H
+#define K3_LOAD_H
+
+#include <stdint.h>
+
+#include "engine.h"
+
+typedef struct k3_load_opts {
+    const char *pack;              /* the pack directory */
+    uint64_t budget;               /* bytes; 0: what the machine allows, less a margin */
+    uint32_t context, batch;
+    int all_logits;                /* logits for every token of a batch (--dump, --perplexity) */
+    uint32_t snapshots;            /* state snapshots the plan makes room for (chat) */
+    int verify;                    /* run k3verify on the pack first */
+    int verify_reads;              /* check every tensor's and record's XXH3-64 as it is read */
+    int report;                    /* print the plan on stderr (--stats) */
+    k3_isa isa;
+    /* optional dump hook for the model (dump.h) */
+    void (*dump)(void *ctx, const char *name, int layer, uint32_t T, uint32_t width, const float *f,
+                 const int32_t *ids);
+    void *dump_ctx;
+} k3_load_opts;
+
+typedef struct k3_loaded {
+    k3_weights *w;
+    k3_model *m;
+    k3_plan plan;
+    k3_weights_opts wo;
+    double t_verify;               /* seconds k3verify took (not part of the load time) */
+} k3_loaded;
+
+/* Step 1: verify (o->verify), open the manifest and config, plan. usage: the error is the
+   command line's (a budget below the minimum). */
+k3_err k3_load_plan(const k3_load_opts *o, k3_loaded *l, int *usage, k3_diag *d);
+/* Step 2: read the weights, make the model. */
+k3_err k3_load_model(const k3_load_opts *o, k3_loaded *l, k3_diag *d);
+void k3_loaded_free(k3_loaded *l);
+
+#endif
