@@ -151,12 +151,12 @@ static int cj_string(cj_parser *p, uint32_t *at)
         }
         if (e != 'u') return cj_fail(p, K3CJ_E_SYNTAX, p->i, "invalid \\escape%s", NULL);
         uint32_t cp, lo;
-        if (p->i + 6 > p->len || cj_hex4(p->s + p->i + 2, &cp))
-            return cj_fail(p, K3CJ_E_SYNTAX, p->i, "invalid \\uXXXX escape%s", NULL);
+        if (p->i + 6 > p->len || cj_hex4(p->s + p->i + 2, &cp))     /* at the 'u', as Python says */
+            return cj_fail(p, K3CJ_E_SYNTAX, p->i + 1, "invalid \\uXXXX escape%s", NULL);
         p->i += 6;
         if (cp >= 0xD800 && cp <= 0xDBFF && p->i + 6 < p->len && p->s[p->i] == '\\' && p->s[p->i + 1] == 'u') {
             if (cj_hex4(p->s + p->i + 2, &lo))
-                return cj_fail(p, K3CJ_E_SYNTAX, p->i, "invalid \\uXXXX escape%s", NULL);
+                return cj_fail(p, K3CJ_E_SYNTAX, p->i + 1, "invalid \\uXXXX escape%s", NULL);
             if (lo >= 0xDC00 && lo <= 0xDFFF) {
                 cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
                 p->i += 6;
