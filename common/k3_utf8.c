@@ -1,6 +1,9 @@
 /* k3_utf8.c - strict UTF-8 validation. */
 #include "k3_utf8.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 size_t k3_utf8_seq(const unsigned char *s, size_t n, const char **why)
 {
     const char *ignored;
@@ -37,4 +40,19 @@ const char *k3_utf8_problem(const unsigned char *s, size_t n, size_t *at)
         i += len;
     }
     return NULL;
+}
+
+char *k3_utf8_sanitize(const char *s, size_t n, size_t *out_n)
+{
+    char *o = malloc(n * 3 + 1);             /* [3n + 1]: each byte becomes at most U+FFFD */
+    if (!o) return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n;) {
+        size_t len = k3_utf8_seq((const unsigned char *)s + i, n - i, NULL);
+        if (len) { memcpy(o + k, s + i, len); k += len; i += len; }
+        else { memcpy(o + k, "\xEF\xBF\xBD", 3); k += 3; i++; }
+    }
+    o[k] = 0;
+    if (out_n) *out_n = k;
+    return o;
 }

@@ -21,4 +21,11 @@ size_t k3_utf8_seq(const unsigned char *s, size_t n, const char **why);
  */
 const char *k3_utf8_problem(const unsigned char *s, size_t n, size_t *at);
 
+/*
+ * s[0..n) with every byte that does not start a valid UTF-8 sequence replaced
+ * by U+FFFD (NUL bytes kept): text fit for a JSON string. malloc'd, NUL-
+ * terminated, *out_n its length (out_n may be NULL); NULL when out of memory.
+ */
+char *k3_utf8_sanitize(const char *s, size_t n, size_t *out_n);
+
 #endif

@@ -23,6 +23,7 @@
 #include "perplexity.h"
 #include "k3_log.h"
 #include "k3_sys.h"
+#include "k3_utf8.h"
 #include "runstats.h"
 
 /* A usage error of the command line's (r->usage: the CLI adds "Try --help"). */
@@ -83,32 +84,6 @@ static k3_err read_stream(FILE *f, const char *name, char **out, size_t *len, k3
     *out = b;
     *len = n;
     return K3_OK;
-}
-
-/* Replace bytes that are not valid UTF-8 by U+FFFD (JSON strings must be Unicode). */
-static char *to_valid_utf8(const char *s, size_t n)
-{
-    char *o = malloc(n * 3 + 1);
-    if (!o) return NULL;
-    size_t k = 0;
-    for (size_t i = 0; i < n;) {
-        unsigned char c = (unsigned char)s[i];
-        int len = c < 0x80 ? 1 : (c >= 0xC2 && c <= 0xDF) ? 2 : (c >= 0xE0 && c <= 0xEF) ? 3 : (c >= 0xF0 && c <= 0xF4) ? 4 : 0;
-        int ok = len > 0 && i + (size_t)len <= n;
-        for (int j = 1; ok && j < len; j++) {
-            unsigned char x = (unsigned char)s[i + j];
-            ok = x >= 0x80 && x <= 0xBF;
-            if (j == 1 && c == 0xE0) ok = x >= 0xA0 && x <= 0xBF;
-            if (j == 1 && c == 0xED) ok = x >= 0x80 && x <= 0x9F;
-            if (j == 1 && c == 0xF0) ok = x >= 0x90 && x <= 0xBF;
-            if (j == 1 && c == 0xF4) ok = x >= 0x80 && x <= 0x8F;
-        }
-        if (ok && c) { memcpy(o + k, s + i, (size_t)len); k += (size_t)len; i += (size_t)len; }
-        else if (c == 0 && len == 1) { o[k++] = 0; i++; }
-        else { memcpy(o + k, "\xEF\xBF\xBD", 3); k += 3; i++; }
-    }
-    o[k] = 0;
-    return o;
 }
 
 k3_err k3_run_pack(const k3_run_opts *o, k3_run_result *r, k3_diag *d)
@@ -275,7 +250,7 @@ checked:
                 json_array_append_new(ids, json_integer(gen[i]));
                 json_array_append_new(tt, json_real(t_tok[i]));
             }
-            char *txt = to_valid_utf8(mem ? mem : "", mem_len);
+            char *txt = k3_utf8_sanitize(mem ? mem : "", mem_len, NULL);
             json_object_set_new(doc, "schema", json_integer(1));
             json_object_set_new(doc, "text", json_stringn(txt ? txt : "", txt ? strlen(txt) : 0));
             json_object_set_new(doc, "generated_ids", ids);

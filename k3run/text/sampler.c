@@ -69,6 +69,11 @@ void k3_sampler_free(k3_sampler *s)
     s->seen = NULL;
 }
 
+void k3_sampler_forget(k3_sampler *s)
+{
+    memset(s->seen, 0, s->n);
+}
+
 void k3_sampler_accept(k3_sampler *s, int32_t id)
 {
     if (id >= 0 && (uint32_t)id < s->n) s->seen[id] = 1;

@@ -36,6 +36,9 @@ k3_err k3_sampler_init(k3_sampler *s, const k3_sampler_opts *o, uint32_t vocab, 
 void k3_sampler_free(k3_sampler *s);
 /* Record a token of the context (prompt or generated) for the repetition penalty. */
 void k3_sampler_accept(k3_sampler *s, int32_t id);
+/* Forget the context (the repetition penalty's ids), keeping the PRNG: a rewound sequence
+   accepts its tokens again. */
+void k3_sampler_forget(k3_sampler *s);
 /* Choose the next token from logits [vocab]. */
 int32_t k3_sampler_next(k3_sampler *s, const float *logits);
 /* The PRNG, PCG32 XSH-RR with pcg32_srandom_r's seeding (k3_sampler_init uses

@@ -1,0 +1,75 @@
+/*
+ * chat.h - chat turns over one model: a conversation (an OpenAI chat request,
+ * JSON) is rendered in K3's format (text/chat_render.h), only the tokens the
+ * model does not already hold are processed (the prompt cache), the answer
+ * is generated and parsed on ids (text/chat_parse.h) into reasoning, content
+ * and tool calls, streamed through callbacks as it comes.
+ *
+ * The prompt cache: the chat keeps the ids the model has processed. A turn's
+ * rendered prompt shares a prefix with them; the model goes back to the
+ * longest shared prefix it can reach (its own position when the history is
+ * unchanged, else the latest snapshot at or before the divergence, else the
+ * start) and processes the rest. Snapshots are taken at the end of each
+ * turn's prompt, the last `snapshots` kept. Processing in any split gives the
+ * same bits (model.h), so a cached turn computes exactly what rendering the
+ * whole conversation from nothing computes.
+ */
+#ifndef K3_CHAT_H
+#define K3_CHAT_H
+
+#include <signal.h>
+#include <stdint.h>
+
+#include "engine.h"
+#include "text.h"
+
+typedef struct k3_chat_opts {
+    uint32_t n_predict;            /* answer tokens at most (forced markup included) */
+    uint32_t think_budget;         /* after this many reasoning tokens close the think channel; 0: no limit */
+    const char *const *stops;      /* [n_stops] stop strings for the answer */
+    int n_stops;
+} k3_chat_opts;
+
+typedef struct k3_chat_stats {
+    uint32_t prompt_tokens;        /* the rendered prompt */
+    uint32_t cached_tokens;        /* of it, already held by the model */
+    uint32_t completion_tokens;    /* generated (and forced) tokens */
+    uint32_t reasoning_tokens;     /* of them, in the think channel */
+    double t_first;                /* seconds from the turn's start to its first answer token */
+    double t_prompt, t_gen;        /* processing the prompt; generating */
+    const char *finish;            /* "stop", "length", "tool_calls", "interrupted" */
+    int think_closed;              /* the think budget closed the think channel */
+} k3_chat_stats;
+
+/* What a turn streams. text: new answer bytes of a channel (reasoning 0, content 1), raw
+   (the caller completes UTF-8); call: one complete tool call as JSON ({"name", "arguments"}). */
+typedef struct k3_chat_sink {
+    void (*text)(void *ctx, int channel, const uint8_t *b, size_t n);
+    void (*call)(void *ctx, const char *name, const char *arguments);
+    void *ctx;
+} k3_chat_sink;
+
+typedef struct k3_chat k3_chat;
+
+k3_err k3_chat_new(k3_model *m, const k3_tok *tok, const k3_sampler_opts *so, uint32_t snapshots, k3_chat **out,
+                   k3_diag *d);
+void k3_chat_free(k3_chat *c);
+/* Forget everything the model holds (a new conversation). */
+void k3_chat_reset(k3_chat *c);
+
+/*
+ * One turn: render request (JSON text), bring the model to it, generate the assistant's
+ * message. *message receives it as a JSON object text ({"role":"assistant","content",
+ * "reasoning_content","tool_calls"}; malloc'd), ready to append to the conversation.
+ * A refused request is K3_ERR_USAGE before anything is processed.
+ */
+k3_err k3_chat_turn(k3_chat *c, const char *request, size_t len, const k3_chat_opts *o, const k3_chat_sink *sink,
+                    volatile sig_atomic_t *stop, char **message, k3_chat_stats *st, k3_diag *d);
+
+/* The ids the model holds (its position), and the sampler (for session files). */
+const int32_t *k3_chat_held(const k3_chat *c, uint32_t *n);
+k3_sampler *k3_chat_sampler(k3_chat *c);
+/* After a session was loaded into the model: hold these ids (the first k3_model_pos of them). */
+k3_err k3_chat_adopt(k3_chat *c, const int32_t *ids, uint32_t n, k3_diag *d);
+
+#endif

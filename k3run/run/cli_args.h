@@ -1,0 +1,25 @@
+/*
+ * cli_args.h - the command-line pieces k3run's front ends share (main.c's
+ * generation, `k3run chat`): checked numeric options, the budget, the pack
+ * directory and its tokenizer. Each returns 0, or an exit status after
+ * printing the usage error.
+ */
+#ifndef K3_CLI_ARGS_H
+#define K3_CLI_ARGS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "k3_error.h"
+#include "k3_opts.h"
+
+int k3_cli_u32(const k3_args *a, int id, uint64_t def, uint64_t lo, uint64_t hi, const char *name, uint32_t *out);
+int k3_cli_float(const k3_args *a, int id, float def, const char *name, float *out);
+/* --budget SIZE / --preset NAME (0: what the machine allows). */
+int k3_cli_budget(const k3_args *a, int budget_id, int preset_id, uint64_t *out);
+/* -m names a directory that exists (else: the pack does not exist, exit 3). */
+k3_err k3_cli_check_pack(const char *pack, k3_diag *d);
+/* Whether the pack has a tokenizer (its tiktoken.model exists); *path: where it would be. */
+int k3_cli_has_tokenizer(const char *pack, char *path, size_t cap);
+
+#endif

@@ -1,0 +1,270 @@
+"""`k3run chat` on the trained demo model (tests/models/k3-kjv; issue 15): a turn answers in K3's
+format and ends with <|end_of_msg|>; its prompt is what an independent renderer makes
+(tests/train/chat_render.py); the second turn of a conversation processes only its new tokens and
+answers exactly as the whole conversation rendered from nothing; a session saved and loaded
+continues exactly as a run that never stopped, at two budgets; sessions of another pack or
+config, truncated or with a flipped bit are refused by name; --stop (a stop string split across
+tokens) and --think-budget; refused requests read no weight. The REPL on a pseudo-terminal is
+test_k3run_chat_repl.py."""
+
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import unittest
+
+from runlib import BIN, SRC, TMP, make_pack, run
+
+CKPT = os.path.join(SRC, "tests", "models", "k3-kjv")
+sys.path.insert(0, os.path.join(SRC, "tests", "train"))
+sys.path.insert(0, os.path.join(SRC, "tests", "reference"))
+
+Q1 = "Quote Genesis 1:1."
+Q2 = "What does John 3:16 say?"
+N = ["-n", "120"]
+
+
+def chat(pack, args, stdin=None, check=True):
+    p = subprocess.run([os.path.join(BIN, "k3run"), "chat", "-m", pack] + args, input=stdin,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if check and p.returncode != 0:
+        raise AssertionError("k3run chat %s failed (%d): %s" % (" ".join(args), p.returncode,
+                                                                p.stderr.decode(errors="replace")))
+    return p
+
+
+def docs(p):
+    return [json.loads(line) for line in p.stdout.decode().splitlines() if line.strip()]
+
+
+class TestChat(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.work = os.path.join(TMP, "k3run-chat")
+        os.makedirs(cls.work, exist_ok=True)
+        cls.pack = os.path.join(cls.work, "k3-kjv.k3pack")
+        if not os.path.exists(os.path.join(cls.pack, "manifest.json")) or \
+                subprocess.run([os.path.join(BIN, "k3verify"), "-q", cls.pack]).returncode:
+            shutil.rmtree(cls.pack, ignore_errors=True)
+            run([os.path.join(BIN, "k3pack"), "-q", CKPT, "-o", cls.pack])
+
+    def one(self, args, stdin=None):
+        d = docs(chat(self.pack, args + ["--json"], stdin=stdin))
+        self.assertEqual(len(d), 1)
+        return d[0]
+
+    def test_turn_in_format(self):
+        """one turn, thinking off and on: an answer that ends with <|end_of_msg|> (finish "stop"),
+        reasoning only with thinking on; the prompt has the length chat_render.py renders"""
+        from chat_render import render
+        import kimi_tokenizer
+        tok = kimi_tokenizer.Tokenizer.from_dir(CKPT)
+        for think in ("off", "on"):
+            with self.subTest(think=think):
+                d = self.one(["--think", think, "-p", Q1] + N)
+                m = d["message"]
+                self.assertEqual(d["finish_reason"], "stop", d)
+                self.assertTrue(m["content"].strip(), d)
+                self.assertEqual(bool(m["reasoning_content"]), think == "on", d)
+                for marker in ("<|open|>", "<|close|>", "<|sep|>", "<|end_of_msg|>"):
+                    self.assertNotIn(marker, m["content"] + m["reasoning_content"])
+                ids = render(tok, [{"role": "user", "content": Q1}], thinking=think == "on", effort="max")
+                self.assertEqual(d["usage"]["prompt_tokens"], len(ids))
+                self.assertEqual(d["usage"]["prompt_tokens_details"]["cached_tokens"], 0)
+                print("think %s: %r / %r" % (think, m["reasoning_content"], m["content"]))
+
+    def two_turns(self, extra):
+        """two questions on stdin (one process): its two JSON documents"""
+        d = docs(chat(self.pack, ["--json"] + N + extra, stdin=(Q1 + "\n" + Q2 + "\n").encode()))
+        self.assertEqual(len(d), 2)
+        return d
+
+    def test_prompt_cache(self):
+        """turn 2 processes only the tokens the model does not hold (turn 1's generated ids are the
+        canonical ids of its text here) and answers exactly as the whole conversation rendered
+        from nothing (--messages)"""
+        for think in ("off", "on"):
+            with self.subTest(think=think):
+                t1, t2 = self.two_turns(["--think", think])
+                u1, u2 = t1["usage"], t2["usage"]
+                held = u1["prompt_tokens"] + u1["completion_tokens"] - 1     # all but the final <|end_of_msg|>
+                self.assertEqual(u2["prompt_tokens_details"]["cached_tokens"], held, (u1, u2))
+                self.assertEqual(t2["k3"]["processed_tokens"], u2["prompt_tokens"] - held)
+                self.assertLess(t2["k3"]["processed_tokens"], 40)
+                conv = {"messages": [{"role": "user", "content": Q1}, t1["message"],
+                                     {"role": "user", "content": Q2}]}
+                path = os.path.join(self.work, "conv-%s.json" % think)
+                with open(path, "w") as f:
+                    json.dump(conv, f)
+                scratch = self.one(["--think", think, "--messages", path] + N)
+                self.assertEqual(scratch["usage"]["prompt_tokens"], u2["prompt_tokens"])
+                self.assertEqual(scratch["usage"]["prompt_tokens_details"]["cached_tokens"], 0)
+                self.assertEqual(scratch["message"], t2["message"])
+
+    def requests(self, reqs, extra):
+        """several requests in one --messages file (one process): their JSON documents"""
+        path = os.path.join(self.work, "requests.jsonl")
+        with open(path, "w") as f:
+            for r in reqs:
+                f.write(json.dumps(r) + "\n")
+        d = docs(chat(self.pack, ["--messages", path, "--json"] + N + extra))
+        self.assertEqual(len(d), len(reqs))
+        return d
+
+    def test_rewind(self):
+        """a history that differs from what the model holds (turn 1 sent back without its
+        reasoning, as many clients do: an empty think channel) goes back to the snapshot at the
+        end of turn 1's prompt, or with --snapshots 0 to the start, and answers exactly as the
+        conversation rendered from nothing; the same with the reasoning kept processes only the
+        new tokens"""
+        r1 = {"messages": [{"role": "user", "content": Q1}]}
+        t1 = self.requests([r1], [])[0]
+        without = {"role": "assistant", "content": t1["message"]["content"]}
+        r2 = {"messages": [{"role": "user", "content": Q1}, without, {"role": "user", "content": Q2}]}
+        scratch = self.requests([r2], [])[0]
+        for snaps in ("2", "0"):
+            with self.subTest(snapshots=snaps):
+                a1, a2 = self.requests([r1, r2], ["--snapshots", snaps])
+                self.assertEqual(a1["message"], t1["message"])
+                cached = a2["usage"]["prompt_tokens_details"]["cached_tokens"]
+                self.assertEqual(cached, a1["usage"]["prompt_tokens"] if snaps != "0" else 0)
+                self.assertEqual(a2["message"], scratch["message"])
+        r2b = dict(r2, messages=[r2["messages"][0], t1["message"], r2["messages"][2]])
+        b1, b2 = self.requests([r1, r2b], [])
+        u1 = b1["usage"]
+        self.assertEqual(b2["usage"]["prompt_tokens_details"]["cached_tokens"],
+                         u1["prompt_tokens"] + u1["completion_tokens"] - 1)
+
+    def test_session(self):
+        """save after turn 1, load, ask turn 2 = turn 2 of one uninterrupted run; at the minimum
+        budget and without a budget; the loaded turn processes only the new tokens"""
+        for think in ("off", "on"):
+            _, ref2 = self.two_turns(["--think", think])
+            for budget in ([], ["--budget", str(self.minimum())]):
+                with self.subTest(think=think, budget=budget):
+                    s = os.path.join(self.work, "s-%s.k3session" % think)
+                    self.one(["--think", think, "-p", Q1, "--save-session", s] + N + budget)
+                    t2 = self.one(["--load-session", s, "-p", Q2] + N + budget)
+                    self.assertEqual(t2["message"], ref2["message"])
+                    self.assertEqual(t2["usage"], ref2["usage"])
+
+    def minimum(self):
+        """the planner's minimum budget for a chat (two snapshots), from its refusal of 1M"""
+        import re
+        p = chat(self.pack, ["-p", "x", "--budget", "1M"], check=False)
+        m = re.search(rb"minimum of [0-9.]+ GiB \((\d+) bytes", p.stderr)
+        self.assertTrue(p.returncode == 2 and m, p.stderr)
+        return int(m.group(1))
+
+    def session_file(self):
+        s = os.path.join(self.work, "base.k3session")
+        if not os.path.exists(s):
+            self.one(["--think", "off", "-p", Q1, "--save-session", s] + N)
+        with open(s, "rb") as f:
+            return s, f.read()
+
+    def refused(self, path, code, words):
+        p = chat(self.pack, ["--load-session", path, "-p", Q2, "-n", "4"], check=False)
+        err = p.stderr.decode()
+        self.assertEqual(p.returncode, code, err)
+        self.assertIn(path, err)
+        for w in words:
+            self.assertIn(w, err)
+        self.assertEqual(p.stdout, b"")
+
+    def test_session_refused(self):
+        """another pack, another config, truncated, a flipped bit: refused by name (exit 1)"""
+        s, b = self.session_file()
+        bad = os.path.join(self.work, "bad.k3session")
+        # another pack: the header's pack identity changed, its checksum recomputed (docs/FORMAT.md)
+        import xxhash
+        n_parts, = struct.unpack_from("<I", b, 12)
+        h = bytearray(b)
+        struct.pack_into("<Q", h, 16, struct.unpack_from("<Q", b, 16)[0] ^ 1)
+        struct.pack_into("<Q", h, 56, xxhash.xxh3_64_intdigest(bytes(h[:56]) + bytes(h[64:64 + 64 * n_parts])))
+        with open(bad, "wb") as f:
+            f.write(h)
+        self.refused(bad, 1, ["another pack"])
+        # another config: the tiny reference model's pack
+        _, tiny = make_pack("tiny", 3)
+        p = subprocess.run([os.path.join(BIN, "k3run"), "chat", "-m", tiny, "--load-session", s, "-p", "x", "-n", "2"],
+                           capture_output=True)
+        if b"no <|open|>" not in p.stderr and b"no tokenizer" not in p.stderr:
+            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertIn(b"another model config", p.stderr)
+        # truncated, at several lengths
+        for cut in (10, 64 + 20, len(b) // 2, len(b) - 1):
+            with open(bad, "wb") as f:
+                f.write(b[:cut])
+            with self.subTest(cut=cut):
+                self.refused(bad, 1, [])
+        # a flipped bit in the last part's data, and in the header
+        for at in (len(b) - 3, 20, 64 + 40):
+            h = bytearray(b)
+            h[at] ^= 0x10
+            with open(bad, "wb") as f:
+                f.write(h)
+            with self.subTest(flipped=at):
+                self.refused(bad, 1, ["damaged" if at != 20 else "another pack"] if at != 20 else [])
+        self.refused(os.path.join(self.work, "no-such.k3session"), 3, ["cannot open"])
+
+    def test_stop(self):
+        """--stop: the answer ends before the stop string, which is not printed; one split across
+        two tokens is still caught; a stop string the answer never has changes nothing"""
+        full = self.one(["--think", "off", "-p", Q1] + N)["message"]["content"]
+        ids = run([os.path.join(BIN, "k3run"), "--tokenizer", CKPT, "--tokenize", full]).stdout.split()
+        self.assertGreater(len(ids), 6)
+        pieces = [run([os.path.join(BIN, "k3run"), "--tokenizer", CKPT, "--detokenize", i]).stdout.decode()
+                  for i in ids[:6]]
+        a = "".join(pieces[:3])
+        stop = pieces[3][-2:] + pieces[4][:2]       # the end of one token and the start of the next
+        self.assertTrue(len(pieces[3]) >= 2 and len(pieces[4]) >= 2, pieces)
+        want = full[:full.index(stop)]
+        self.assertTrue(want.startswith(a) or full.index(stop) < len(a))
+        d = self.one(["--think", "off", "-p", Q1, "--stop", stop, "--stop", "zzqq"] + N)
+        self.assertEqual(d["message"]["content"], want)
+        self.assertEqual(d["finish_reason"], "stop")
+        text = chat(self.pack, ["--think", "off", "-p", Q1, "--stop", stop] + N).stdout.decode()
+        self.assertEqual(text.rstrip("\n"), want)
+        self.assertEqual(self.one(["--think", "off", "-p", Q1, "--stop", "zzqq"] + N)["message"]["content"], full)
+
+    def test_think_budget(self):
+        """--think-budget N: N reasoning tokens, then the think channel closed by k3run and an answer"""
+        free = self.one(["--think", "on", "-p", Q1] + N)
+        for n in (1, 4):
+            with self.subTest(budget=n):
+                d = self.one(["--think", "on", "-p", Q1, "--think-budget", str(n)] + N)
+                self.assertTrue(d["k3"]["think_budget_closed"])
+                self.assertEqual(d["usage"]["completion_tokens_details"]["reasoning_tokens"], n)
+                self.assertTrue(free["message"]["reasoning_content"].startswith(d["message"]["reasoning_content"]))
+                self.assertLess(len(d["message"]["reasoning_content"]), len(free["message"]["reasoning_content"]))
+                self.assertTrue(d["message"]["content"].strip(), d)
+        d = self.one(["--think", "on", "-p", Q1, "--think-budget", "1000"] + N)
+        self.assertFalse(d["k3"]["think_budget_closed"])
+        self.assertEqual(d["message"], free["message"])
+
+    def test_refused_requests(self):
+        """a request the official renderer refuses: exit 2 before any weight is read; bad JSON: exit 1"""
+        cases = [({"messages": [{"role": "developer", "content": "x"}]}, 2),
+                 ({"messages": [{"role": "user", "content": "x"}], "options": {"thinking_effort": "medium"}}, 2),
+                 ({"messages": "nope"}, 2)]
+        for req, code in cases:
+            path = os.path.join(self.work, "refused.json")
+            with open(path, "w") as f:
+                json.dump(req, f)
+            p = chat(self.pack, ["--messages", path], check=False)
+            self.assertEqual(p.returncode, code, p.stderr)
+            self.assertNotIn(b"loaded", p.stderr)
+        with open(path, "w") as f:
+            f.write('{"messages": [')
+        p = chat(self.pack, ["--messages", path], check=False)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn(path.encode(), p.stderr)
+        for args in (["--effort", "medium"], ["--think", "maybe"], ["--stop", ""], ["-p", "x", "--messages", path]):
+            self.assertEqual(chat(self.pack, args, check=False).returncode, 2, args)
+
+
+if __name__ == "__main__":
+    unittest.main()
