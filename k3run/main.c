@@ -20,6 +20,8 @@
 #include "k3_log.h"
 #include "k3_opts.h"
 #include "k3_sys.h"
+#include "chat_json.h"
+#include "chat_render.h"
 #include "run.h"
 #include "text.h"
 
@@ -27,7 +29,7 @@ enum {
     OPT_MODEL = K3_OPT_USER, OPT_PROMPT, OPT_FILE, OPT_N, OPT_TEMP, OPT_TOPK, OPT_TOPP, OPT_MINP, OPT_REPEAT,
     OPT_SEED, OPT_THREADS, OPT_SPECIAL, OPT_STATS, OPT_JSON, OPT_TOKENIZE, OPT_DETOKENIZE, OPT_TOKENIZER,
     OPT_PROMPT_IDS, OPT_PRINT_IDS, OPT_NO_VERIFY_READS, OPT_VERIFY, OPT_CONTEXT, OPT_BATCH, OPT_DUMP, OPT_BUDGET,
-    OPT_PRESET, OPT_PERPLEXITY, OPT_CHUNKS
+    OPT_PRESET, OPT_PERPLEXITY, OPT_CHUNKS, OPT_RENDER_CHAT
 };
 
 static const k3_opt opts[] = {
@@ -55,8 +57,11 @@ static const k3_opt opts[] = {
     {OPT_JSON, 'j', "json", NULL, NULL, NULL, "one JSON document on stdout (text, ids, stats) instead of text"},
     {OPT_TOKENIZE, 0, "tokenize", "TEXT", NULL, NULL, "print TEXT's token ids (space-separated) and exit"},
     {OPT_DETOKENIZE, 0, "detokenize", "IDS", NULL, NULL, "print the bytes of token ids (1,2,3 or '1 2 3') and exit"},
+    {OPT_RENDER_CHAT, 0, "render-chat", "FILE", NULL, NULL,
+     "render a chat request (OpenAI JSON; - for stdin) into K3's prompt ids, print them and exit (--json: pieces)"},
     {OPT_TOKENIZER, 0, "tokenizer", "DIR", NULL, NULL,
-     "tokenizer files (tiktoken.model, tokenizer_config.json) for --tokenize/--detokenize without a model"},
+     "tokenizer files (tiktoken.model, tokenizer_config.json) for --tokenize/--detokenize/--render-chat "
+     "without a model"},
     {OPT_NO_VERIFY_READS, 0, "no-verify-reads", NULL, NULL, NULL, "do not check each tensor's XXH3-64 as it is read"},
     {OPT_VERIFY, 0, "verify", NULL, NULL, NULL, "run k3verify's full check of the pack before loading it"},
     {OPT_DUMP, 0, "dump", "FILE", NULL, NULL, "write every processed position's intermediates (safetensors; tests)"},
@@ -83,6 +88,7 @@ static const char footer[] =
     "  k3run -m ~/packs/k3 -p 'The quick brown fox' -n 64\n"
     "  k3run -m ~/packs/k3 --temp 0.7 --top-p 0.9 --seed 7 -f prompt.txt\n"
     "  k3run --tokenizer ~/models/Kimi-K3 --tokenize 'Hello world'\n"
+    "  k3run --tokenizer ~/models/Kimi-K3 --render-chat request.json --json   # docs/k3run-chat-format.md\n"
     "  k3run -m ~/packs/k3 --perplexity heldout.txt --context 512      # PPL = X +/- Y\n"
     "\n"
     "Interrupted by Ctrl-C, k3run prints the text so far and exits with 130.\n";
@@ -186,6 +192,93 @@ static int detokenize_cmd(const k3_tok *tok, const char *list)
     return K3_EXIT_OK;
 }
 
+/* The whole of path (or stdin for "-") into a malloc'd buffer. */
+static k3_err read_all(const char *path, char **out, size_t *len, k3_diag *d)
+{
+    int in = !strcmp(path, "-");
+    FILE *f = in ? stdin : fopen(path, "rb");
+    if (!f) return k3_fail(d, K3_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    size_t cap = 1 << 16, n = 0;
+    char *b = malloc(cap);                          /* [cap] the bytes read so far */
+    for (size_t r; b && (r = fread(b + n, 1, cap - n, f)) > 0;) {
+        n += r;
+        if (n == cap) {
+            char *nb = cap < ((size_t)1 << 31) ? realloc(b, cap *= 2) : NULL;
+            if (!nb) { free(b); b = NULL; }
+            b = nb;
+        }
+    }
+    int bad = ferror(f);
+    if (!in) fclose(f);
+    if (!b) return k3_fail(d, K3_ERR_NOMEM, "'%s': out of memory (or larger than 2 GiB)", path);
+    if (bad) { free(b); return k3_fail(d, K3_ERR_IO, "cannot read '%s'", in ? "stdin" : path); }
+    *out = b;
+    *len = n;
+    return K3_OK;
+}
+
+/* --render-chat FILE: the prompt's ids on one line, or (--json) its pieces. */
+static int render_chat_cmd(const k3_tok *tok, const char *path, int json)
+{
+    char *text = NULL;
+    size_t len = 0;
+    k3_diag d;
+    k3_err e = read_all(path, &text, &len, &d);
+    if (e) return fail(e, &d);
+    k3_chat_prompt p;
+    e = k3_chat_render(tok, text, len, strcmp(path, "-") ? path : "stdin", &p, &d);
+    free(text);
+    if (e) return fail(e, &d);
+    if (!json) {
+        for (size_t i = 0; i < p.n_ids; i++) printf(i ? " %d" : "%d", (int)p.ids[i]);
+        printf("\n");
+    } else {
+        k3cj_buf b = {0};                            /* the document */
+        char num[32];
+        k3cj_buf_puts(&b, "{\"schema\": 1, \"ids\": [");
+        for (size_t i = 0; i < p.n_ids; i++) {
+            snprintf(num, sizeof num, i ? ", %d" : "%d", (int)p.ids[i]);
+            k3cj_buf_puts(&b, num);
+        }
+        k3cj_buf_puts(&b, "], \"pieces\": [");
+        for (size_t i = 0; i < p.n_pieces; i++) {
+            const k3_chat_piece *pc = &p.pieces[i];
+            if (i) k3cj_buf_puts(&b, ", ");
+            if (pc->special >= 0) {
+                size_t nl;
+                const uint8_t *nm = k3_tok_bytes(tok, pc->special, &nl);
+                k3cj_buf_puts(&b, "{\"special\": ");
+                k3cj_dump_str(&b, (const char *)nm, nl);
+                snprintf(num, sizeof num, ", \"id\": %d}", (int)pc->special);
+                k3cj_buf_puts(&b, num);
+                continue;
+            }
+            k3cj_buf_puts(&b, "{\"text\": ");
+            k3cj_dump_str(&b, p.arena + pc->off, pc->len);
+            k3cj_buf_puts(&b, ", \"ids\": [");
+            for (uint32_t k = pc->id0; k < pc->id1; k++) {
+                snprintf(num, sizeof num, k > pc->id0 ? ", %d" : "%d", (int)p.ids[k]);
+                k3cj_buf_puts(&b, num);
+            }
+            k3cj_buf_puts(&b, "]}");
+        }
+        snprintf(num, sizeof num, "%zu", p.n_ids);
+        k3cj_buf_puts(&b, "], \"thinking\": ");
+        k3cj_buf_puts(&b, p.thinking ? "true" : "false");
+        k3cj_buf_puts(&b, ", \"add_generation_prompt\": ");
+        k3cj_buf_puts(&b, p.add_generation_prompt ? "true" : "false");
+        k3cj_buf_puts(&b, ", \"n_ids\": ");
+        k3cj_buf_puts(&b, num);
+        k3cj_buf_puts(&b, "}\n");
+        if (b.oom) { free(b.p); k3_chat_prompt_free(&p); return fail(k3_fail(&d, K3_ERR_NOMEM, "out of memory"), &d); }
+        fwrite(b.p, 1, b.n, stdout);
+        free(b.p);
+    }
+    k3_chat_prompt_free(&p);
+    if (fflush(stdout) != 0) return fail(k3_fail(&d, K3_ERR_IO, "cannot write to stdout"), &d);
+    return K3_EXIT_OK;
+}
+
 static int get_u32(const k3_args *a, int id, uint64_t def, uint64_t lo, uint64_t hi, const char *name, uint32_t *out)
 {
     uint64_t v;
@@ -215,6 +308,7 @@ static int get_float(const k3_args *a, int id, float def, const char *name, floa
 int main(int argc, char **argv)
 {
     k3_log_init(argv[0]);
+    if (argc > 1 && !strcmp(argv[1], "chat")) return k3_chat_main(argc - 1, argv + 1);   /* k3run chat ... */
     k3_args a;
     k3_diag d;
     if (k3_opts_parse(opts, N_OPTS, argc, argv, &a, &d)) return k3_usage_error("%s", d.msg);
@@ -233,19 +327,25 @@ int main(int argc, char **argv)
 
     /* tokenizer-only modes */
     char tik[4096];                                   /* the pack's tiktoken.model */
-    if (k3_opt_str(&a, OPT_TOKENIZE) || k3_opt_str(&a, OPT_DETOKENIZE)) {
-        if (!pack && !tokdir) return k3_usage_error("--tokenize/--detokenize need -m PACK or --tokenizer DIR");
+    const char *chat = k3_opt_str(&a, OPT_RENDER_CHAT);
+    if (k3_opt_str(&a, OPT_TOKENIZE) || k3_opt_str(&a, OPT_DETOKENIZE) || chat) {
+        if (!!k3_opt_str(&a, OPT_TOKENIZE) + !!k3_opt_str(&a, OPT_DETOKENIZE) + !!chat > 1)
+            return k3_usage_error("give one of --tokenize, --detokenize and --render-chat");
+        if (!pack && !tokdir)
+            return k3_usage_error("--tokenize/--detokenize/--render-chat need -m PACK or --tokenizer DIR");
+        const char *mode = chat ? "--render-chat" : k3_opt_str(&a, OPT_TOKENIZE) ? "--tokenize" : "--detokenize";
+        if (chat && special) return k3_usage_error("--render-chat takes no --special (its markers are ids already)");
         if (!tokdir) {
             if (check_pack(pack, &d)) return fail(K3_ERR_IO, &d);
             if (!pack_has_tokenizer(pack, tik, sizeof tik))
-                return no_tokenizer(k3_opt_str(&a, OPT_TOKENIZE) ? "--tokenize" : "--detokenize", tik,
-                                    "give --tokenizer DIR (a checkpoint's directory)");
+                return no_tokenizer(mode, tik, "give --tokenizer DIR (a checkpoint's directory)");
         }
         k3_tok *tok;
         k3_err e = k3_tok_load_dir(tokdir ? tokdir : pack, &tok, &d);
         if (e) return fail(e, &d);
-        int rc = k3_opt_str(&a, OPT_TOKENIZE) ? tokenize_cmd(tok, k3_opt_str(&a, OPT_TOKENIZE), special)
-                                              : detokenize_cmd(tok, k3_opt_str(&a, OPT_DETOKENIZE));
+        int rc = chat ? render_chat_cmd(tok, chat, k3_opt_count(&a, OPT_JSON) > 0)
+                 : k3_opt_str(&a, OPT_TOKENIZE) ? tokenize_cmd(tok, k3_opt_str(&a, OPT_TOKENIZE), special)
+                                                : detokenize_cmd(tok, k3_opt_str(&a, OPT_DETOKENIZE));
         k3_tok_free(tok);
         return rc;
     }

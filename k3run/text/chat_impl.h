@@ -58,6 +58,7 @@ k3_err chat_check(chat_ctx *c);
 k3_err chat_refuse(chat_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* "a list", "an object", "a number", ... for messages. */
 const char *chat_type_name(const chat_ctx *c, uint32_t v);
+const char *chat_kind(int type);                 /* the same for a k3cj_type */
 int chat_is(const chat_ctx *c, uint32_t v, int type);
 /* Python's str() of a scalar value into out (lists and objects refused, naming `what`). */
 k3_err chat_py_str(chat_ctx *c, uint32_t v, k3cj_buf *out, const char *what);

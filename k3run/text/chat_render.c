@@ -372,7 +372,7 @@ static k3_err render(chat_ctx *c, chat_opts *op)
 {
     const k3cj_doc *d = &c->doc;
     if (d->v[0].type != K3CJ_OBJ)
-        return chat_refuse(c, "the request is %s: give a JSON object with 'messages'", chat_type_name(c, 0));
+        return chat_refuse(c, "the request is %s: give a JSON object with 'messages'", chat_kind(d->v[0].type));
     k3_err e = read_options(c, op);
     if (e) return e;
     chat_opts o = *op;

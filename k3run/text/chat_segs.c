@@ -134,8 +134,13 @@ int chat_is(const chat_ctx *c, uint32_t v, int type) { return v && c->doc.v[v].t
 
 const char *chat_type_name(const chat_ctx *c, uint32_t v)
 {
-    if (!v) return "absent";
-    switch (c->doc.v[v].type) {
+    if (!v) return "absent";                         /* index 0 is the request itself, never a field */
+    return chat_kind(c->doc.v[v].type);
+}
+
+const char *chat_kind(int type)
+{
+    switch (type) {
     case K3CJ_NULL: return "null";
     case K3CJ_TRUE: case K3CJ_FALSE: return "a boolean";
     case K3CJ_INT: case K3CJ_REAL: return "a number";
