@@ -255,7 +255,7 @@ case("empty_null_missing_content", req([U(""), U(None), {"role": "user"}, A(""),
 case("whitespace_content", req([U(" "), U("a\r\nb\r\n"), {"role": "system", "content": "\n\n lead and trail \t\n"},
                                 A(" ", reasoning_content="\n")]))
 case("list_content", req([U([{"type": "text", "text": "Hello"}, {"type": "text", "text": " world"},
-                             {"type": "text", "text": ""}, {"type": "input_text", "text": "!"}, {"text": "untyped"}]),
+                             {"type": "text", "text": ""}, {"type": "input_text", "text": "!"}]),
                           A([{"type": "text", "text": "as"}, {"type": "text", "text": "sistant"}]),
                           {"role": "system", "content": [{"type": "text", "text": "sys"}]}], NOEFF))
 case("list_content_empty_list", req([U([]), U([{"type": "text", "text": ""}])], NOEFF))
@@ -266,6 +266,53 @@ case("markers_in_text", req([U("x<|close|>message<|sep|><|end_of_msg|><|open|>me
                              A("<|close|>response<|sep|>", reasoning_content="<|close|>think<|sep|>",
                                tool_calls=[call("f", '{"a":"<|end_of_msg|>"}'), call("g", "<|open|>raw")])]))
 case("look_alike_tags", req([U("<think>x</think><response><message role=\"system\">")], OFF))
+
+case("list_content_untyped_part", req([U([{"type": "text", "text": "typed"}, {"text": "untyped"}])], NOEFF))
+case("image_parts_everywhere", req([{"role": "system", "content": [{"type": "image"}]},
+                                    U([{"type": "image_url"}]),
+                                    A([{"type": "image_url", "image_url": {"url": "u"}}, {"type": "text", "text": "t"}],
+                                      tool_calls=[call("f", "", "a")]),
+                                    T([{"type": "image"}], tool_call_id="a")], NOEFF))
+case("many_messages", req([U("question %d" % i) if i % 2 == 0 else A("answer %d" % i, reasoning_content="r%d" % i)
+                           for i in range(2000)]))
+case("control_chars_text", req([U("".join(chr(c) for c in range(0, 32)) + "\u007f\u0080\u0085\u009f\u00ad\u200b\u200d"
+                                  "\u2060\ufeff\ufffe\uffff\U0010ffff")], NOEFF))
+
+# --- more arguments --------------------------------------------------------------------------
+case("args_more_escapes", req([U("go"), A(None, tool_calls=[call(
+    "f", '{"nul": "a\\u0000b", "pair": "\\ud83d\\u0041", "bs": "\\b\\f\\r", "": "empty key", "k": ""}')])], NOEFF))
+case("args_raw_prefixes", req([U("go"), A(None, tool_calls=[
+    call("bom", "\ufeff{}"), call("nbsp", "\u00a0{}"), call("ff", "\f{}"), call("vt", "\u000b{}"),
+    call("ok", " \t\r\n{ \t\r\n} \f")])], NOEFF))
+case("args_number_forms", req([U("go"), A(None, tool_calls=[
+    call("a", '{"x":-}'), call("b", '{"x":1.}'), call("c", '{"x":.5}'), call("d", '{"x":+1}'),
+    call("e", '{"x":nan}'), call("f", '{"x":Infinity1}'), call("g", '{"x":-Infinity}'),
+    call("h", '{"x":0}'), call("i", '{"x":-0.0e-0}'), call("j", '{"x":1E400}'), call("k", '{"x":2e}'),
+    call("l", '{"x":00}'), call("m", '{"x":1.5E+3,"y":true,"z":false}')])], NOEFF))
+case("args_nested_nonstrict", req([U("go"), A(None, tool_calls=[call(
+    "f", '{"a":[NaN, Infinity, -Infinity],"b":{"s":"x\ny\tz","s":"dup"},"c":[{"d":[[],{}]}]}')])], NOEFF))
+case("args_deep_nesting", req([U("go"), A(None, tool_calls=[call("f", '{"d":' + "[" * 200 + "]" * 200 + "}")])], NOEFF))
+case("args_dict_values", '{"messages":[{"role":"user","content":"go"},{"role":"assistant","tool_calls":[{"function":'
+     '{"name":"f","arguments":{"\\u00e9":"\\u0000\\n","f":[1e16,1e-5,0.1,1e400,-0.0,1.0],"ctl":["\\u0001\\u007f\\u2028"],'
+     '"nested":{"b":{"z":[]},"a":{}},"":"k"}}}]}],"options":{"thinking_effort":null}}')
+case("results_int_call_ids", req([U("q"), A(None, tool_calls=[call("one", "", 1), call("two", "", 2)]),
+                                  T("y", tool_call_id="2"), T("x", tool_call_id="1")], NOEFF))
+case("tools_numbers_repr_edges",
+     '{"messages":[{"role":"user","content":"hi"}],"options":{"thinking_effort":null},"tools":[{"type":"function",'
+     '"function":{"name":"f","parameters":{"a":1.0,"b":1e-7,"c":-1e-400,"d":1e-400,"e":0e0,"f":123e-2,'
+     '"g":9007199254740993,"h":9007199254740993.0,"i":2.675,"j":1e22,"k":1e21,"l":9999999999999998.0,'
+     '"m":0.00012345,"n":123456789012345678901234567890.5,"o":4.35,"p":0.3,"q":1e-4,"r":0.99999999999999999,'
+     '"s":[1e16,-1e16,1.5e-5],"t":1E-0,"u":-12.5e+1}}}]}')
+case("tools_surrogate_keys_sorted",
+     '{"messages":[{"role":"user","content":"hi"}],"options":{"thinking_effort":null},"tools":[{"type":"function",'
+     '"function":{"name":"f","parameters":{"\\ue000":1,"\\ud83d":2,"\\uffff":3,"\\ud83d\\ude00":4,"\\ud7ff":5}}}]}')
+
+# --- request shape ---------------------------------------------------------------------------
+case("rf_json_object_with_schema", req([U("hi")], OFF, response_format={"type": "json_object",
+                                                                        "json_schema": {"schema": SCHEMA}}))
+case("rf_type_case_sensitive", req([U("hi")], OFF, response_format={"type": "JSON_OBJECT"}))
+case("reasoning_effort_none_with_effort_option", req([U("hi")], {"thinking_effort": "low"}, reasoning_effort="none"))
+case("unknown_top_level_fields_ignored", req([U("hi")], NOEFF, model="k3", max_tokens=5, stream=True, temperature=0.5))
 
 # --- the §3.3 cuts ----------------------------------------------------------------------------
 LONG = ("In the beginning God created the heaven and the earth. " * 7300)[:399997] + " the end"  # " th" | "e end"
@@ -300,6 +347,13 @@ refused("content_object", req([U({"text": "x"})], NOEFF))
 refused("assistant_content_number", req([U("x"), A(1.5)], NOEFF))
 refused("image_prompts_options", req([U([{"type": "image"}])], {"image_prompts": ["<|media_begin|>image 1x1<|media_content|><|media_pad|><|media_end|>"]}))
 refused("image_prompts_top", req([U("x")], image_prompts=["p"]))
+
+refused("effort_empty", req([U("hi")], {"thinking_effort": ""}))
+refused("effort_number", req([U("hi")], {"thinking_effort": 5}))
+refused("reasoning_effort_MAX", req([U("hi")], reasoning_effort="MAX"))
+refused("messages_missing", J({"options": {"thinking": False}}))
+refused("messages_not_list", J({"messages": {"role": "user", "content": "x"}}))
+refused("tool_call_not_object", req([U("go"), A(None, tool_calls=["f"])], NOEFF))
 
 # spot checks: a contiguous run of pieces xtml.py must produce (controls by name).
 SPOT = {
@@ -341,7 +395,8 @@ SPOT = {
                                    "x"],
     "names_escaped": [" name", '="', "a&amp;b&quot;c'<>\n", '"', S],
     "reasoning_fallbacks": [O, "think", S, "from reasoning", C, "think", S],
-    "list_content": [S, "Hello", " world", "!", "untyped", C, "message"],
+    "list_content": [S, "Hello", " world", "!", C, "message"],
+    "list_content_untyped_part": [S, "typed", "untyped", C, "message"],
     "image_part_placeholder": [S, "look:", xtml.IMAGE_PLACEHOLDER, xtml.IMAGE_PLACEHOLDER, "ok?", C],
     "empty_null_missing_content": [O, "message", " role", '="', "user", '"', S, C, "message", S, E],
     "no_gen_prompt_tail_messages": ['="', "user", '"', S, "hi", C, "message", S, E, O, "message", " role", '="',
@@ -448,8 +503,18 @@ class AgainstK3run(unittest.TestCase):
                 self.assertEqual(rc, 2, "%s: exit %d: %s" % (name, rc, (out + err)[:500]))
                 self.assertEqual(out.strip(), b"", "%s: output on a refusal" % name)
 
+    def test_stdin(self):
+        text = CASES["args_nested"]
+        want = xtml.render(json.loads(text), chatlib.tokenizer())
+        p = chatlib.subprocess.run([chatlib.K3RUN, "--tokenizer", chatlib.TOKDIR, "--render-chat", "-", "--json"],
+                                   input=text.encode(), stdout=chatlib.subprocess.PIPE, stderr=chatlib.subprocess.PIPE)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertTrue(json.loads(p.stdout)["ids"] == want["ids"])
+
     def test_invalid_json_exit_1(self):
-        for text in ('{"messages": [', "", "not json", '{"messages": [{"role": "user", "content": "x"}]} trailing'):
+        for text in ('{"messages": [', "", "not json", '{"messages": [{"role": "user", "content": "x"}]} trailing',
+                     b'{"messages": [{"role": "user", "content": "\xff"}]}',
+                     '{"messages": [{"role": "user", "content": "x"},]}'):
             with self.subTest(text=text):
                 rc, out, err = chatlib.run_c(text)
                 self.assertEqual(rc, 1, "%r: exit %d: %s" % (text, rc, (out + err)[:500]))
