@@ -1,12 +1,12 @@
 /*
  * stopstr.c - stop strings over a stream of bytes (stopstr.h). The matcher
  * keeps one window: the held bytes, then up to max_len new ones. Each round
- * looks for the earliest position where a stop string matches in full (stop),
- * or else the earliest where one matches up to the window's end (hold from
+ * looks, byte by new byte, for the first stop string to end (stop), or else
+ * the earliest position where one matches up to the window's end (hold from
  * there), outputs what comes before, and slides. A stop never lies wholly
- * inside the held part (it would have matched when that part was new), and
- * the held part is always shorter than max_len, so nothing is allocated
- * after init.
+ * inside the held part (it would have ended at one of its bytes when they
+ * were new), and the held part is always shorter than max_len, so nothing is
+ * allocated after init.
  */
 #include "stopstr.h"
 
@@ -58,25 +58,35 @@ static void out(k3_stopstr_emit emit, void *ctx, const uint8_t *b, size_t n)
 }
 
 /*
- * Scan win[0..wn): the earliest full match sets *stop_at and returns the
- * stop's index; else returns -1 with *hold_at the earliest position whose
- * rest is a prefix of a stop string (wn if none).
+ * The first stop string that ends in win[from..wn), in the order the bytes
+ * came: its index, with *stop_at where it starts (of several ending at the
+ * same byte, the one starting first); -1 if none ends there. Checking each
+ * new byte as an end makes the result the same however the text is cut.
  */
-static int scan(const k3_stopstr *s, size_t wn, size_t *stop_at, size_t *hold_at)
+static int find_stop(const k3_stopstr *s, size_t from, size_t wn, size_t *stop_at)
 {
-    *hold_at = wn;
-    for (size_t i = 0; i < wn; i++) {
+    for (size_t end = from + 1; end <= wn; end++) {
+        int best = -1;
         for (size_t k = 0; k < s->n_stops; k++) {
-            size_t len = s->stop_len[k], m = len < wn - i ? len : wn - i;
-            if (memcmp(s->win + i, s->stop[k], m)) continue;
-            if (m == len) {
-                *stop_at = i;
-                return (int)k;
+            size_t len = s->stop_len[k];
+            if (len > end || memcmp(s->win + end - len, s->stop[k], len)) continue;
+            if (best < 0 || end - len < *stop_at) {
+                best = (int)k;
+                *stop_at = end - len;
             }
-            if (*hold_at == wn) *hold_at = i;
         }
+        if (best >= 0) return best;
     }
     return -1;
+}
+
+/* The earliest position whose rest of win[0..wn) is a proper prefix of a stop string, or wn. */
+static size_t hold_from(const k3_stopstr *s, size_t wn)
+{
+    for (size_t i = 0; i < wn; i++)
+        for (size_t k = 0; k < s->n_stops; k++)
+            if (s->stop_len[k] > wn - i && !memcmp(s->win + i, s->stop[k], wn - i)) return i;
+    return wn;
 }
 
 int k3_stopstr_feed(k3_stopstr *s, const uint8_t *b, size_t n, k3_stopstr_emit emit, void *ctx)
@@ -92,14 +102,15 @@ int k3_stopstr_feed(k3_stopstr *s, const uint8_t *b, size_t n, k3_stopstr_emit e
         memcpy(s->win + s->held, b, take);
         b += take;
         n -= take;
-        size_t wn = s->held + take, stop_at = 0, hold_at;
-        int k = scan(s, wn, &stop_at, &hold_at);
+        size_t wn = s->held + take, stop_at = 0;
+        int k = find_stop(s, s->held, wn, &stop_at);
         if (k >= 0) {
             out(emit, ctx, s->win, stop_at);
             s->stopped = k;
             s->held = 0;
             return 1;
         }
+        size_t hold_at = hold_from(s, wn);
         out(emit, ctx, s->win, hold_at);
         s->held = wn - hold_at;
         memmove(s->win, s->win + hold_at, s->held);

@@ -8,8 +8,9 @@
  * holds back the longest suffix that is a proper prefix of some stop string
  * (at most the longest stop's length - 1 bytes), so a stop string split
  * across tokens is still caught. When one completes, the bytes before it are
- * output and the matcher has stopped; of several, the one that starts first
- * wins. Matching is on bytes (UTF-8 is not decoded; the output may end inside
+ * output and the matcher has stopped. Of several, the first to complete wins
+ * (of those completing at the same byte, the one starting first), so the
+ * result does not depend on how the text is cut into feeds. Matching is on bytes (UTF-8 is not decoded; the output may end inside
  * a character while the rest is held, which a UTF-8 writer completes later).
  * At the end, k3_stopstr_finish releases what is held.
  */

@@ -101,13 +101,19 @@ static void test_several(void)
     CHECK_STR(o.buf, "Hi.\n");
     CHECK_EQ_U64(run(stops, 3, "a##b###c\n\n", 2, &o), 2);
     CHECK_STR(o.buf, "a##b");
-    /* a short stop completes inside a longer one's partial match: it wins when it completes */
+    /* a short stop completes inside a longer one's partial match: it wins, as it completes first,
+       whether the text comes byte by byte or at once */
     const char *nest[] = { "abcd", "bc" };
-    CHECK_EQ_U64(run(nest, 2, "xabcd", 1, &o), 1);
-    CHECK_STR(o.buf, "xa");
-    /* the same start: both stop there */
-    const char *same[] = { "ab", "abc" };
-    CHECK(run(same, 2, "zabc", 0, &o) >= 0);
+    for (size_t step = 0; step <= 2; step++) {
+        CHECK_EQ_U64(run(nest, 2, "xabcd", step, &o), 1);
+        CHECK_STR(o.buf, "xa");
+    }
+    /* two completing at the same byte: the one starting first ("xbc" before "bc") */
+    const char *same_end[] = { "bc", "xbc" };
+    CHECK_EQ_U64(run(same_end, 2, "axbcd", 0, &o), 1);
+    CHECK_STR(o.buf, "a");
+    const char *same[] = { "abc", "ab" };               /* "ab" completes before "abc" can */
+    CHECK_EQ_U64(run(same, 2, "zabc", 0, &o), 1);
     CHECK_STR(o.buf, "z");
 }
 
