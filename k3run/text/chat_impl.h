@@ -60,6 +60,8 @@ k3_err chat_refuse(chat_ctx *c, const char *fmt, ...) __attribute__((format(prin
 const char *chat_type_name(const chat_ctx *c, uint32_t v);
 const char *chat_kind(int type);                 /* the same for a k3cj_type */
 int chat_is(const chat_ctx *c, uint32_t v, int type);
+/* String value v as a quoted JSON string for messages (at most 64 bytes of it). */
+const char *chat_quote(const chat_ctx *c, uint32_t v, char *buf, size_t cap);
 /* Python's str() of a scalar value into out (lists and objects refused, naming `what`). */
 k3_err chat_py_str(chat_ctx *c, uint32_t v, k3cj_buf *out, const char *what);
 

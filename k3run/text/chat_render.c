@@ -78,10 +78,12 @@ static k3_err read_options(chat_ctx *c, chat_opts *o)
         else if (k3cj_streq(d, k, "response_schema")) { o->schema_given = 1; o->schema = v; }
         else if (k3cj_streq(d, k, "image_prompts"))
             return chat_refuse(c, "options.image_prompts is not supported: k3run is a text-only engine");
-        else
-            return chat_refuse(c, "unknown option '%.*s' (options are thinking, thinking_effort, "
+        else {
+            char q[600];
+            return chat_refuse(c, "unknown option %s (options are thinking, thinking_effort, "
                                "add_generation_prompt, tool_choice, response_format, response_schema)",
-                               (int)(d->v[k].n > 64 ? 64 : d->v[k].n), k3cj_str(d, k));
+                               chat_quote(c, k, q, sizeof q));
+        }
     }
     return K3_OK;
 }
@@ -112,10 +114,11 @@ static k3_err effort_message(chat_ctx *c, const chat_opts *o)
         uint32_t v = o->effort;
         if (d->v[v].type == K3CJ_NULL) return K3_OK;       /* explicit null: no effort message */
         if (!(k3cj_streq(d, v, "low") || k3cj_streq(d, v, "high") || k3cj_streq(d, v, "max"))) {
+            char q[600];
             if (d->v[v].type == K3CJ_STR)
-                return chat_refuse(c, "%s \"%.*s\" is not supported: low, high or max (or null for no effort "
+                return chat_refuse(c, "%s %s is not supported: low, high or max (or null for no effort "
                                    "message; the official renderer refuses any other value)", o->effort_from,
-                                   (int)(d->v[v].n > 64 ? 64 : d->v[v].n), k3cj_str(d, v));
+                                   chat_quote(c, v, q, sizeof q));
             return chat_refuse(c, "%s is %s: give \"low\", \"high\", \"max\" or null", o->effort_from,
                                chat_type_name(c, v));
         }
@@ -350,9 +353,10 @@ static k3_err messages(chat_ctx *c, const chat_opts *o, uint32_t msgs)
             ai = i;
             e = assistant(c, o, i, msg);
         } else if (chat_is(c, role, K3CJ_STR)) {
-            e = chat_refuse(c, "messages[%zu] has role \"%.*s\": the roles are system, user, assistant and tool "
+            char q[600];
+            e = chat_refuse(c, "messages[%zu] has role %s: the roles are system, user, assistant and tool "
                             "(the official renderer refuses others; send developer as system)", i,
-                            (int)(d->v[role].n > 64 ? 64 : d->v[role].n), k3cj_str(d, role));
+                            chat_quote(c, role, q, sizeof q));
         } else {
             e = chat_refuse(c, "messages[%zu] has %s 'role': system, user, assistant or tool", i,
                             role ? chat_type_name(c, role) : "no");

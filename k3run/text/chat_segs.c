@@ -130,6 +130,16 @@ k3_err chat_refuse(chat_ctx *c, const char *fmt, ...)
     return k3_fail(c->d, K3_ERR_USAGE, "'%s': %s", c->name, m);
 }
 
+const char *chat_quote(const chat_ctx *c, uint32_t v, char *buf, size_t cap)
+{
+    k3cj_buf b = {0};                                /* the JSON string, escapes keep it one line */
+    const k3cj_val *x = &c->doc.v[v];
+    k3cj_dump_str(&b, k3cj_str(&c->doc, v), x->n > 64 ? 64 : x->n);
+    snprintf(buf, cap, "%.*s%s", b.oom ? 0 : (int)b.n, b.p ? b.p : "", x->n > 64 ? "..." : "");
+    free(b.p);
+    return buf;
+}
+
 int chat_is(const chat_ctx *c, uint32_t v, int type) { return v && c->doc.v[v].type == type; }
 
 const char *chat_type_name(const chat_ctx *c, uint32_t v)
