@@ -17,7 +17,10 @@ boolean `thinking`, plus an `options` object with the official apply_chat_templa
 (`thinking`, `thinking_effort` (an explicit null means no effort message),
 `add_generation_prompt`, `tool_choice`, `response_format`, `response_schema`), as the worked
 examples of §13 use. Where both give a value, `options` wins. `image_prompts` (either place)
-is refused: k3 is a text-only engine (§6.7, §10.3).
+is refused: k3 is a text-only engine (§6.7, §10.3). The request layer is not the spec's
+subject; where the spec leaves it open this follows docs/k3run-chat-format.md (see
+_options). Values the official code prints with str() (names, reasoning, a part's text, tool
+names, call ids) print as Python does; a list or an object there is refused, as k3run does.
 
 Command line (the same output as `k3run --render-chat FILE --json`):
     python3 xtml.py --tokenizer DIR FILE [--json]
@@ -149,14 +152,25 @@ def parse_arguments_string(s):
                 raise _Raw()
     except (_Raw, ValueError, StopIteration, IndexError):
         return None
+    except RecursionError:
+        raise XtmlError("tool call arguments nested too deeply") from None
 
 
 # ---------------------------------------------------------------------------
 # Pieces
 # ---------------------------------------------------------------------------
 
+def pystr(value, what):
+    """str() of a value the official code prints (a name, a reasoning, a part's text, a tool
+    name, a call id): None, True, 3, 2.5 as Python prints them. A list or an object (Python
+    would print its repr) is refused, as k3run does (docs/k3run-chat-format.md)."""
+    if isinstance(value, (list, dict)):
+        raise XtmlError("%s is a %s" % (what, "list" if isinstance(value, list) else "object"))
+    return str(value)
+
+
 def escape_attr(value):
-    return str(value).replace("&", "&amp;").replace('"', "&quot;")
+    return pystr(value, "an attribute value").replace("&", "&amp;").replace('"', "&quot;")
 
 
 class _Out:
@@ -214,15 +228,25 @@ class _Out:
             for part in content:
                 if not isinstance(part, dict):
                     raise XtmlError("%s: a content part is not an object" % what)
-                if part.get("type") in ("image", "image_url"):
+                # A part needs a "type" (the official code reads part["type"]; §6.7 does
+                # not say so).
+                if "type" not in part:
+                    raise XtmlError("%s: a content part has no type" % what)
+                if part["type"] in ("image", "image_url"):
                     # A control segment, but not a vocabulary token: it is BPE'd as text.
                     self.text(IMAGE_PLACEHOLDER)
                     continue
                 if "text" not in part:
                     raise XtmlError("%s: a content part has no text" % what)
-                self.text(part["text"])
+                self.text(pystr(part["text"], "%s: a part's text" % what))
             return
         raise XtmlError("%s: content of type %s" % (what, type(content).__name__))
+
+    def reasoning(self, msg):
+        # reasoning_content, else (when falsy) reasoning; None renders nothing (§6.3)
+        r = msg.get("reasoning_content") or msg.get("reasoning")
+        if r is not None:
+            self.text(pystr(r, "reasoning"))
 
 
 def _attrs(role, msg):
@@ -230,6 +254,15 @@ def _attrs(role, msg):
     if msg.get("name"):
         a.append(("name", msg["name"]))
     return a
+
+
+def _tool_calls(msg):
+    tc = msg.get("tool_calls")
+    if not tc:
+        return []
+    if not isinstance(tc, list):
+        raise XtmlError("tool_calls is not a list")
+    return tc
 
 
 def _call_function(call):
@@ -243,9 +276,9 @@ def _call_function(call):
 
 def _call_name(call):
     f = _call_function(call)
-    if "name" not in f or f["name"] is None:
+    if "name" not in f:
         raise XtmlError("a tool call has no name")
-    return f["name"]
+    return pystr(f["name"], "a tool call's name")
 
 
 def _render_call(out, call, index):
@@ -286,8 +319,7 @@ def _resort_tool_runs(messages):
     while i < len(msgs):
         m = msgs[i]
         if m.get("role") == "assistant":
-            tc = m.get("tool_calls")
-            calls = tc if isinstance(tc, list) else []
+            calls = _tool_calls(m)
         if m.get("role") != "tool":
             i += 1
             continue
@@ -295,13 +327,15 @@ def _resort_tool_runs(messages):
         while j < len(msgs) and msgs[j].get("role") == "tool":
             j += 1
         pos = {}
-        for n, call in enumerate(calls, 1):
+        for n, call in enumerate(calls, 1):             # id-less calls take a number too
             cid = call.get("id") if isinstance(call, dict) else None
-            pos.setdefault(str(cid), n)     # compared as strings; the first of equal ids wins
+            if cid is not None:
+                # compared as strings; the first of equal ids wins
+                pos.setdefault(pystr(cid, "a call id"), n)
         keyed = []
         for m in msgs[i:j]:
             cid = m["tool_call_id"] if "tool_call_id" in m else m.get("id")
-            n = pos.get(str(cid))
+            n = pos.get(pystr(cid, "a tool_call_id")) if cid is not None else None
             if n is None:
                 keyed = None
                 break
@@ -309,17 +343,32 @@ def _resort_tool_runs(messages):
         if keyed is not None:
             keyed.sort(key=lambda nm: nm[0])          # stable
             for k, (n, m) in enumerate(keyed):
-                name = _call_name(calls[n - 1])
-                m["tool"] = name
-                if "name" in m:
-                    m["name"] = name
+                c = calls[n - 1]
+                f = c.get("function")
+                name = f.get("name") if isinstance(f, dict) else c.get("name")
+                if name is not None:                  # a nameless call renames nothing
+                    m["tool"] = name
+                    if "name" in m:
+                        m["name"] = name
                 msgs[i + k] = m
         i = j
     return msgs
 
 
+OPTION_KEYS = ("thinking", "thinking_effort", "add_generation_prompt", "tool_choice", "response_format",
+               "response_schema", "image_prompts")
+
+
 def _options(request):
-    """The rendering options of §4 from the request (options win over the OpenAI fields)."""
+    """The rendering options of §4 from the request.
+
+    Aligned with docs/k3run-chat-format.md where the spec leaves the request layer open: a key
+    in `options` wins over the OpenAI field for the same setting; `options.thinking` and
+    `options.add_generation_prompt` are taken by truthiness (they are the official code's
+    keyword arguments); the top-level `thinking` must be a boolean (null = absent) and
+    `reasoning_effort` a string (null = absent); `thinking: true` with `reasoning_effort:
+    "none"` is a contradiction; an unknown `options` key is refused; add_generation_prompt is
+    an option only."""
     if not isinstance(request, dict):
         raise XtmlError("the request is not an object")
     opts = request.get("options")
@@ -327,42 +376,45 @@ def _options(request):
         opts = {}
     if not isinstance(opts, dict):
         raise XtmlError("options is not an object")
-    if request.get("image_prompts") is not None or opts.get("image_prompts") is not None:
+    for k in opts:
+        if k not in OPTION_KEYS:
+            raise XtmlError("unknown option %r" % k)
+    if "image_prompts" in opts or request.get("image_prompts") is not None:
         raise XtmlError("image_prompts: k3 is a text-only engine")
 
-    def pick(key, default=_ABSENT):
+    def pick(key):
         if key in opts:
             return opts[key]
-        if key in request:
-            return request[key]
-        return default
+        return request.get(key)
 
     thinking = True
     effort = _ABSENT
     re_ = request.get("reasoning_effort")
+    top_thinking = request.get("thinking")
+    if re_ is not None and not isinstance(re_, str):
+        raise XtmlError("reasoning_effort is not a string")
+    if top_thinking is not None and not isinstance(top_thinking, bool):
+        raise XtmlError("thinking is not a boolean")
     if re_ == "none":
+        if top_thinking is True:
+            raise XtmlError("thinking: true with reasoning_effort: none")
         thinking = False
     elif re_ is not None:
         effort = re_
-    if "thinking" in request:
-        thinking = request["thinking"]
+    if top_thinking is not None:
+        thinking = top_thinking
     if "thinking" in opts:
-        thinking = opts["thinking"]
+        thinking = bool(opts["thinking"])
     if "thinking_effort" in opts:
         effort = opts["thinking_effort"]
-    if not isinstance(thinking, bool):
-        raise XtmlError("thinking is not a boolean")
     if effort is _ABSENT:
         effort = "max"
-    agp = pick("add_generation_prompt", True)
-    if not isinstance(agp, bool):
-        raise XtmlError("add_generation_prompt is not a boolean")
     return {
         "thinking": thinking,
         "effort": effort,
-        "add_generation_prompt": agp,
-        "tool_choice": pick("tool_choice", None),
-        "response_format": pick("response_format", None),
+        "add_generation_prompt": bool(opts.get("add_generation_prompt", True)),
+        "tool_choice": pick("tool_choice"),
+        "response_format": pick("response_format"),
         "response_schema": opts.get("response_schema", _ABSENT),
         "tools": request.get("tools"),
     }
@@ -377,15 +429,14 @@ def _response_format_type(rf):
 
 
 def _schema(rf, response_schema):
-    if response_schema is not _ABSENT and response_schema is not None:
+    """§6.6: an explicit response_schema (even null), else json_schema's "schema" key, else
+    its "json_schema" key, else the json_schema object itself; no json_schema is null.
+    "Failing that" means the key is absent: a present null is the schema null."""
+    if response_schema is not _ABSENT:
         return response_schema
     js = rf.get("json_schema") if isinstance(rf, dict) else None
     if isinstance(js, dict):
-        if js.get("schema") is not None:
-            return js["schema"]
-        if js.get("json_schema") is not None:
-            return js["json_schema"]
-        return js
+        return js.get("schema", js.get("json_schema", js))
     return js
 
 
@@ -404,7 +455,7 @@ def pieces(request, specials):
     out = _Out(specials)
 
     tools = o["tools"]
-    if isinstance(tools, list) and tools:
+    if tools:
         out.declaration(TOOL_DECLARE_BODY, tools)
     if thinking:
         e = o["effort"]
@@ -417,7 +468,7 @@ def pieces(request, specials):
     n_tool = 0
     for m in _resort_tool_runs(msgs):
         role = m["role"]
-        if role == "system" and isinstance(m.get("tools"), list) and m["tools"]:
+        if role == "system" and m.get("tools"):
             out.declaration(DYNAMIC_DECLARE_BODY, m["tools"])
             continue
         if role in ("system", "user"):
@@ -425,15 +476,11 @@ def pieces(request, specials):
             out.content(m.get("content"), role)
         elif role == "assistant":
             n_tool = 0
-            tc = m.get("tool_calls")
-            calls = tc if isinstance(tc, list) else []
+            calls = _tool_calls(m)
             out.open_tag("message", _attrs(role, m))
             if thinking:
-                r = m.get("reasoning_content")
-                if r is None or r == "":
-                    r = m.get("reasoning")
                 out.open_tag("think")
-                out.content(r, "reasoning")
+                out.reasoning(m)
                 out.close_tag("think")
             out.open_tag("response")
             out.content(m.get("content"), "assistant")
@@ -445,16 +492,13 @@ def pieces(request, specials):
                 out.close_tag("tools")
         else:                                   # tool
             n_tool += 1
-            if "tool" in m:
-                name = m["tool"]
-            elif "name" in m:
-                name = m["name"]
-            elif n_tool <= len(calls):
-                name = _call_name(calls[n_tool - 1])
-            else:
-                raise XtmlError("tool message %d: no name (no matching call)" % n_tool)
+            # the tool field, else the name field (a null one counts as absent), else the call
+            # at this position (§6.4)
+            name = m.get("tool", m.get("name"))
             if name is None:
-                raise XtmlError("tool message %d: null name" % n_tool)
+                if n_tool > len(calls):
+                    raise XtmlError("tool message %d: no name (no matching call)" % n_tool)
+                name = _call_name(calls[n_tool - 1])
             out.open_tag("message", [("role", "tool"), ("tool", name), ("index", n_tool)])
             out.content(m.get("content"), "tool")
         out.close_tag("message")
@@ -487,8 +531,11 @@ _LONE = re.compile("[\ud800-\udfff]")
 
 
 def fix_surrogates(s):
-    """tiktoken's fix-up: each lone surrogate becomes U+FFFD (pairs are already joined)."""
-    return _LONE.sub("\ufffd", s)
+    """tiktoken's fix-up of text it cannot UTF-8-encode: a UTF-16 round trip, so an adjacent
+    high + low pair is joined and every other lone surrogate becomes U+FFFD (§3.3)."""
+    if not _LONE.search(s):
+        return s
+    return s.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 def encode_text(tok, s):
@@ -507,7 +554,9 @@ def render(request, tok):
             t = encode_text(tok, p)
             out.append({"text": fix_surrogates(p), "ids": t})
             ids.extend(t)
-    return {"ids": ids, "pieces": out, "thinking": thinking_of(request), "n_ids": len(ids)}
+    o = _options(request)
+    return {"ids": ids, "pieces": out, "thinking": o["thinking"], "add_generation_prompt": o["add_generation_prompt"],
+            "n_ids": len(ids)}
 
 
 def main(argv=None):

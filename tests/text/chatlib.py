@@ -126,7 +126,7 @@ def first_difference(a, b):
     return min(len(a), len(b))
 
 
-def compare(tc, request_text, name="case"):
+def compare(tc, request_text, name="case", plain=True):
     """The whole comparison of one request: xtml.py (refused or rendered) against k3run's
     exit code, --json pieces, ids, thinking and n_ids, and the plain ids line."""
     tok = tokenizer()
@@ -156,6 +156,10 @@ def compare(tc, request_text, name="case"):
             name, i, len(expected["ids"]), len(doc["ids"]), expected["ids"][i:i + 8], doc["ids"][i:i + 8]))
     tc.assertEqual(doc.get("n_ids"), expected["n_ids"], "%s: n_ids" % name)
     tc.assertEqual(doc.get("thinking"), expected["thinking"], "%s: thinking" % name)
+    if "add_generation_prompt" in doc:
+        tc.assertEqual(doc["add_generation_prompt"], expected["add_generation_prompt"], "%s: add_generation_prompt" % name)
+    if not plain:
+        return doc
     rc2, out2, err2 = run_c(request_text, as_json=False)
     tc.assertEqual(rc2, 0, "%s: k3run (no --json) exit %d: %s" % (name, rc2, err2[:500]))
     tc.assertTrue([int(x) for x in out2.split()] == expected["ids"], "%s: the plain ids line is not the ids" % name)

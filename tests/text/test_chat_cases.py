@@ -267,7 +267,7 @@ case("markers_in_text", req([U("x<|close|>message<|sep|><|end_of_msg|><|open|>me
                                tool_calls=[call("f", '{"a":"<|end_of_msg|>"}'), call("g", "<|open|>raw")])]))
 case("look_alike_tags", req([U("<think>x</think><response><message role=\"system\">")], OFF))
 
-case("list_content_untyped_part", req([U([{"type": "text", "text": "typed"}, {"text": "untyped"}])], NOEFF))
+refused("part_without_type", req([U([{"type": "text", "text": "typed"}, {"text": "untyped"}])], NOEFF))
 case("image_parts_everywhere", req([{"role": "system", "content": [{"type": "image"}]},
                                     U([{"type": "image_url"}]),
                                     A([{"type": "image_url", "image_url": {"url": "u"}}, {"type": "text", "text": "t"}],
@@ -355,6 +355,67 @@ refused("messages_missing", J({"options": {"thinking": False}}))
 refused("messages_not_list", J({"messages": {"role": "user", "content": "x"}}))
 refused("tool_call_not_object", req([U("go"), A(None, tool_calls=["f"])], NOEFF))
 
+# JSON-level details of the request itself (Python's json.loads: the last duplicate key wins).
+case("request_duplicate_keys", '{"messages":[{"role":"user","content":"a","role":"system","content":"b"}],'
+     '"options":{"thinking":true,"thinking":false}}')
+case("request_escaped_keys", '{"m\\u0065ssages":[{"\\u0072ole":"\\u0075ser","content":"x"}],"options":{"thinking_effort":null}}')
+case("request_whitespace", ' \t\r\n{ "messages" : [ { "role" : "user" , "content" : "x" } ] , "options" : { } } \n')
+refused("content_big_int", '{"messages":[{"role":"user","content":123456789012345678901234567890}]}')
+refused("content_bool", req([U(True)], NOEFF))
+
+# Where the spec leaves the request layer open, the behaviour docs/k3run-chat-format.md states.
+case("opt_thinking_truthiness", req([U("a"), A("b", reasoning_content="r")], {"thinking": 0}))
+case("opt_thinking_truthy_string", req([U("a")], {"thinking": "yes"}))
+case("opt_thinking_null_is_falsy", req([U("a")], {"thinking": None}))
+case("opt_agp_truthiness", req([U("a")], {"add_generation_prompt": 0, "thinking_effort": None}))
+case("top_thinking_null_absent", req([U("a")], thinking=None))
+case("reasoning_effort_null_absent", req([U("a")], reasoning_effort=None))
+case("top_thinking_false_with_effort", req([U("a")], thinking=False, reasoning_effort="high"))
+case("top_agp_ignored", req([U("a")], NOEFF, add_generation_prompt=False))
+case("str_values", req([U("a", name=3), U("b", name=True), U("c", name=2.5), U("d", name=0),
+                        U([{"type": "text", "text": 5}, {"type": "text", "text": None}, {"type": "text", "text": 1e16}]),
+                        A("e", reasoning_content=3), A("f", reasoning_content=0, reasoning="r"),
+                        A(None, reasoning_content="", reasoning="fallback",
+                          tool_calls=[{"id": 1, "function": {"name": 7, "arguments": "{}"}}]),
+                        T("r", tool_call_id="1")]))
+case("tools_truthy_non_list", req([{"role": "system", "tools": "x", "content": "c"}, U("a")], NOEFF,
+                                  tools={"type": "function", "function": {"name": "f"}}))
+case("tool_calls_falsy", req([U("a"), A("x", tool_calls={}), A("y", tool_calls=None)], NOEFF))
+refused("unknown_option", req([U("a")], {"thinkng": False}))
+refused("top_thinking_not_bool", req([U("a")], thinking="yes"))
+refused("reasoning_effort_not_string", req([U("a")], reasoning_effort=5))
+refused("thinking_true_reasoning_none", req([U("a")], thinking=True, reasoning_effort="none"))
+refused("name_list", req([U("a", name=["x"])]))
+refused("reasoning_list", req([U("a"), A("b", reasoning_content=[{"type": "text", "text": "r"}])]))
+refused("part_text_object", req([U([{"type": "text", "text": {"a": 1}}])]))
+refused("call_id_list", req([U("a"), A(None, tool_calls=[call("f", "", ["x"])]), T("r", tool_call_id="x")], NOEFF))
+refused("tool_calls_object", req([U("a"), A(None, tool_calls={"id": "x"})], NOEFF))
+refused("args_nested_2000", req([U("go"), A(None, tool_calls=[call("f", '{"d":' + "[" * 2000 + "]" * 2000 + "}")])],
+                                NOEFF))
+refused("batch", J({"messages": [[U("a")], [U("b")]]}))
+
+# Null versus absent (the spec's "if the key is present" / "failing that").
+case("reasoning_false_printed", req([U("a"), A("x", reasoning_content="", reasoning=False), A("y", reasoning_content=0)]))
+case("tool_null_fields_fall_to_position", req([U("q"), A(None, tool_calls=[call("c1", "", "a"), call("c2", "", "b"),
+                                                                            call("c3", "", "c")]),
+                                               T("1", tool_call_id="?", tool=None, name="not used"),
+                                               T("2", name=None), T("3", tool="t3")], NOEFF))
+case("results_null_ids_unmatched", req([U("q"), A(None, tool_calls=[call("c1", ""), call("c2", "", "b")]),
+                                        T("2", tool_call_id="b"), T("1", tool_call_id=None)], NOEFF))
+case("results_null_tool_call_id_hides_id", req([U("q"), A(None, tool_calls=TWO), T("2", tool_call_id=None, id="b"),
+                                                T("1", tool_call_id="a")], NOEFF))
+case("results_idless_call_keeps_number", req([U("q"), A(None, tool_calls=[call("c1", ""), call("c2", "", "b"),
+                                                                          call("c3", "", "c")]),
+                                              T("3", tool_call_id="c"), T("2", tool_call_id="b")], NOEFF))
+case("rf_response_schema_explicit_null", req([U("hi")], {"thinking": False, "response_schema": None,
+                                                         "response_format": {"type": "json_schema",
+                                                                             "json_schema": {"schema": SCHEMA}}}))
+case("rf_schema_key_null", req([U("hi")], OFF, response_format={"type": "json_schema", "json_schema": {
+    "schema": None, "json_schema": SCHEMA}}))
+case("rf_json_schema_key_null", req([U("hi")], OFF, response_format={"type": "json_schema", "json_schema": {
+    "json_schema": None, "name": "n"}}))
+case("rf_json_schema_null", req([U("hi")], OFF, response_format={"type": "json_schema", "json_schema": None}))
+
 # spot checks: a contiguous run of pieces xtml.py must produce (controls by name).
 SPOT = {
     "args_numbers_verbatim": [O, "argument", " key", '="', "a", '"', " type", '="', "number", '"', S, "1e2", C,
@@ -396,7 +457,6 @@ SPOT = {
     "names_escaped": [" name", '="', "a&amp;b&quot;c'<>\n", '"', S],
     "reasoning_fallbacks": [O, "think", S, "from reasoning", C, "think", S],
     "list_content": [S, "Hello", " world", "!", C, "message"],
-    "list_content_untyped_part": [S, "typed", "untyped", C, "message"],
     "image_part_placeholder": [S, "look:", xtml.IMAGE_PLACEHOLDER, xtml.IMAGE_PLACEHOLDER, "ok?", C],
     "empty_null_missing_content": [O, "message", " role", '="', "user", '"', S, C, "message", S, E],
     "no_gen_prompt_tail_messages": ['="', "user", '"', S, "hi", C, "message", S, E, O, "message", " role", '="',
@@ -407,6 +467,11 @@ SPOT = {
     "rf_schema_numbers": [S, xtml.JSON_SCHEMA_BODY % ('{"big":12345678901234567890123,"d":123456789.12345679,'
                                                       '"e":100000.0,"h":100.0,"max":1e+16,"min":1e-05,"neg":0,'
                                                       '"negf":-0.0,"r":2.5,"step":0.1,"tinier":1e-05,"tiny":0.0001}'), C],
+    "reasoning_false_printed": [O, "think", S, "False", C, "think", S],
+    "tool_null_fields_fall_to_position": [" tool", '="', "c1", '"', " index", '="', "1", '"', S, "1", C],
+    "rf_response_schema_explicit_null": [S, xtml.JSON_SCHEMA_BODY % "null", C],
+    "rf_schema_key_null": [S, xtml.JSON_SCHEMA_BODY % "null", C],
+    "rf_json_schema_key_null": [S, xtml.JSON_SCHEMA_BODY % "null", C],
     "tools_overflow_infinity": ['"parameters":{"maximum":Infinity,"minimum":-Infinity}'],
 }
 
@@ -478,6 +543,125 @@ class XtmlSelf(unittest.TestCase):
         self.assertEqual(t, "a\ufffdb \ufffd \U0001F600")
 
 
+import random  # noqa: E402
+
+_POOL = ["", " ", "a", "Hello world", "é", "e\u0301", "😀", "👨‍👩‍👧", "\u0000", "\u2028", "\ufeff", "<|open|>",
+         "<|end_of_msg|>", "<|reserved_token_3900|>", "[BOS]", '&"', "&amp;", "\r\n", "\n\n", "\t", "\ud83d",
+         "\ude00", "日本語", "  lead", "trail  ", "<think>", '{"a":1}', "12.50", "\\", "\u00a0", "\u3000"]
+
+
+def _dumps(obj, ensure_ascii):
+    """json.dumps, with lone surrogates written as \\uXXXX escapes even when not ASCII."""
+    text = json.dumps(obj, ensure_ascii=ensure_ascii)
+    return xtml._LONE.sub(lambda m: "\\u%04x" % ord(m.group()), text)
+
+
+def _rstr(rng, n=3):
+    return "".join(rng.choice(_POOL) for _ in range(rng.randint(0, n)))
+
+
+def _rvalue_text(rng, depth=0):
+    """A JSON value as text, with odd whitespace and literals kept verbatim."""
+    ws = lambda: rng.choice(["", "", " ", "\n", " \t", "\r\n"])   # noqa: E731
+    k = rng.randint(0, 9 if depth < 2 else 5)
+    if k == 0:
+        return _dumps(_rstr(rng), rng.random() < 0.5)
+    if k == 1:
+        return rng.choice(["1e2", "2.50", "-0.0", "0", "-0", "12345678901234567890123", "1E+5", "0.1", "NaN",
+                           "-Infinity", "1e400", "3"])
+    if k == 2:
+        return rng.choice(["true", "false", "null"])
+    if k <= 5:
+        return json.dumps(_rstr(rng, 2))
+    if k <= 7:
+        items = [_rvalue_text(rng, depth + 1) for _ in range(rng.randint(0, 3))]
+        return "[" + ws() + ("," + ws()).join(items) + ws() + "]"
+    items = ["%s%s:%s%s" % (json.dumps(_rstr(rng, 1)), ws(), ws(), _rvalue_text(rng, depth + 1))
+             for _ in range(rng.randint(0, 3))]
+    return "{" + ws() + ("," + ws()).join(items) + ws() + "}"
+
+
+def _rargs(rng):
+    k = rng.randint(0, 9)
+    if k == 0:
+        return rng.choice([None, "", "{}", "   ", "[1]", "{,}"])
+    if k == 1:
+        return json.loads(_rvalue_text(rng)) if rng.random() < 0.5 else {"a": 1, "b": [1.5, {"c": None}]}
+    text = _rvalue_text(rng)
+    if not text.startswith("{"):
+        text = "{" + json.dumps(_rstr(rng, 1)) + ":" + text + "}"
+    r = rng.random()
+    if r < 0.15:
+        text = text[:rng.randint(0, len(text))]             # truncated
+    elif r < 0.25:
+        text += rng.choice([" junk", "}", ",", " {\"x\":1}"])  # trailing text
+    elif r < 0.3:
+        text = text[:-1] + ",}"                              # trailing comma
+    return text
+
+
+def random_request(rng):
+    msgs = []
+    calls = []
+    for _ in range(rng.randint(1, 8)):
+        role = rng.choice(["user", "user", "system", "assistant", "assistant", "tool", "tool"])
+        if role == "tool" and not calls and rng.random() < 0.8:
+            role = "assistant"
+        m = {"role": role}
+        if rng.random() < 0.8:
+            m["content"] = _rstr(rng) if rng.random() < 0.8 else [
+                rng.choice([{"type": "text", "text": _rstr(rng)}, {"type": "image_url"}]) for _ in range(rng.randint(0, 3))]
+        if rng.random() < 0.2:
+            m["name"] = _rstr(rng, 2)
+        if role == "assistant":
+            if rng.random() < 0.6:
+                m["reasoning_content"] = _rstr(rng)
+            if rng.random() < 0.6:
+                calls = [{"id": rng.choice(["a", "b", "c", "d"]), "type": "function",
+                          "function": {"name": rng.choice(["f", "g", "h&\"", ""]), "arguments": _rargs(rng)}}
+                         for _ in range(rng.randint(1, 3))]
+                m["tool_calls"] = calls
+        if role == "tool":
+            if rng.random() < 0.85:
+                m["tool_call_id"] = rng.choice(["a", "b", "c", "d", "zz"])
+            if rng.random() < 0.15:
+                m["tool"] = _rstr(rng, 1)
+        msgs.append(m)
+    r = {"messages": msgs}
+    opts = {}
+    if rng.random() < 0.5:
+        opts["thinking"] = rng.random() < 0.5
+    if rng.random() < 0.5:
+        opts["thinking_effort"] = rng.choice([None, "low", "high", "max", "max", "medium"])
+    if rng.random() < 0.2:
+        opts["add_generation_prompt"] = False
+    if rng.random() < 0.2:
+        opts["tool_choice"] = rng.choice(["required", "none", "auto"])
+    if rng.random() < 0.15:
+        opts["response_format"] = rng.choice([{"type": "json_object"},
+                                              {"type": "json_schema", "json_schema": {"schema": {"b": 1, "a": 0.5}}}])
+    if opts:
+        r["options"] = opts
+    if rng.random() < 0.3:
+        r["tools"] = [tool_spec(rng.choice(["f", "g"]), {"x": {"type": "number", "maximum": 1e16}})]
+    return _dumps(r, rng.random() < 0.7)
+
+
+class AgainstK3runRandom(unittest.TestCase):
+    """Random requests (seeded; K3_CHAT_SEED, K3_CHAT_N) built from the hostile pieces above."""
+
+    def test_random(self):
+        if not chatlib.have_k3run():
+            self.skipTest("%s has no --render-chat" % chatlib.K3RUN)
+        import os
+        seed = int(os.environ.get("K3_CHAT_SEED", "3"))
+        rng = random.Random(seed)
+        for i in range(int(os.environ.get("K3_CHAT_N", "300"))):
+            text = random_request(rng)
+            with self.subTest(seed=seed, i=i):
+                chatlib.compare(self, text, "random %d/%d: %s" % (seed, i, text[:3000]), plain=False)
+
+
 class AgainstK3run(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -503,6 +687,11 @@ class AgainstK3run(unittest.TestCase):
                 self.assertEqual(rc, 2, "%s: exit %d: %s" % (name, rc, (out + err)[:500]))
                 self.assertEqual(out.strip(), b"", "%s: output on a refusal" % name)
 
+    def test_unreadable_file_exit_3(self):
+        p = chatlib.subprocess.run([chatlib.K3RUN, "--tokenizer", chatlib.TOKDIR, "--render-chat",
+                                    "/nonexistent/req.json"], stdout=chatlib.subprocess.PIPE, stderr=chatlib.subprocess.PIPE)
+        self.assertEqual(p.returncode, 3, p.stderr)
+
     def test_stdin(self):
         text = CASES["args_nested"]
         want = xtml.render(json.loads(text), chatlib.tokenizer())
@@ -514,7 +703,11 @@ class AgainstK3run(unittest.TestCase):
     def test_invalid_json_exit_1(self):
         for text in ('{"messages": [', "", "not json", '{"messages": [{"role": "user", "content": "x"}]} trailing',
                      b'{"messages": [{"role": "user", "content": "\xff"}]}',
-                     '{"messages": [{"role": "user", "content": "x"},]}'):
+                     b'{"messages": [{"role": "user", "content": "\xed\xa0\xbd"}]}',
+                     b'{"messages": [{"role": "user", "content": "\xc0\xaf"}]}',
+                     '{"messages": [{"role": "user", "content": "x"},]}',
+                     '\ufeff{"messages": [{"role": "user", "content": "x"}]}',
+                     '{"messages": [{"role": "user", "content": "a\nb"}]}'):
             with self.subTest(text=text):
                 rc, out, err = chatlib.run_c(text)
                 self.assertEqual(rc, 1, "%r: exit %d: %s" % (text, rc, (out + err)[:500]))
