@@ -22,6 +22,7 @@
 #include "k3_sys.h"
 #include "chat_json.h"
 #include "chat_render.h"
+#include "chat_cli.h"
 #include "run.h"
 #include "text.h"
 
