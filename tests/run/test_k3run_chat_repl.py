@@ -33,6 +33,10 @@ class Pty:
         self.buf = b""
 
     def send(self, b):
+        """type b, as a person does after the prompt shows: libedit switches the terminal to its
+        own mode only after printing the prompt, and an EOF (Ctrl-D) typed into the old mode is
+        lost in the switch"""
+        time.sleep(0.3)
         os.write(self.fd, b)
 
     def expect(self, pattern, timeout=60):
@@ -66,8 +70,8 @@ class Pty:
                 os.close(self.fd)
                 return os.waitstatus_to_exitcode(status)
             try:
-                select.select([self.fd], [], [], 0.1)
-                os.read(self.fd, 65536)
+                if select.select([self.fd], [], [], 0.1)[0]:
+                    os.read(self.fd, 65536)
             except OSError:
                 time.sleep(0.05)
         os.kill(self.pid, signal.SIGKILL)
@@ -75,6 +79,9 @@ class Pty:
 
 
 class TestChatRepl(unittest.TestCase):
+    def tearDown(self):
+        subprocess.run(["pkill", "-KILL", "-f", "k3run chat -m " + self.work], capture_output=True)
+
     @classmethod
     def setUpClass(cls):
         cls.work = os.path.join(TMP, "k3run-chat-repl")
