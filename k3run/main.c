@@ -6,12 +6,10 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <limits.h>
-#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "engine.h"
@@ -23,6 +21,7 @@
 #include "chat_json.h"
 #include "chat_render.h"
 #include "chat_cli.h"
+#include "cli_args.h"
 #include "run.h"
 #include "text.h"
 
@@ -98,31 +97,6 @@ static int fail(k3_err e, const k3_diag *d)
 {
     k3_error("%s", d->msg);
     return k3_exit_code(e);
-}
-
-/* -m names a directory that exists (else: say the pack does not exist, not that a file in it
-   cannot be opened). */
-static k3_err check_pack(const char *pack, k3_diag *d)
-{
-    struct stat st;
-    if (stat(pack, &st) != 0) {
-        int err = errno;
-        if (err == ENOENT || err == ENOTDIR)
-            return k3_fail(d, K3_ERR_IO, "'%s': the pack does not exist (-m takes the directory k3pack wrote)", pack);
-        return k3_fail(d, K3_ERR_IO, "'%s': cannot open the pack: %s", pack, strerror(err));
-    }
-    if (!S_ISDIR(st.st_mode))
-        return k3_fail(d, K3_ERR_IO, "'%s' is not a pack: -m takes the directory k3pack wrote", pack);
-    return K3_OK;
-}
-
-/* Whether the pack has a tokenizer: its tiktoken.model exists (k3pack makes a pack without one,
-   with a warning, from a checkpoint that has none). *path: where it would be. */
-static int pack_has_tokenizer(const char *pack, char *path, size_t cap)
-{
-    k3_diag d;
-    if (k3_path_join(path, cap, pack, "tiktoken.model", &d)) return 1;   /* the load names the problem */
-    return access(path, F_OK) == 0 || errno != ENOENT;
 }
 
 /* `need` (an option or the prompt's source) cannot work without the tokenizer at `path`. */
@@ -280,31 +254,6 @@ static int render_chat_cmd(const k3_tok *tok, const char *path, int json)
     return K3_EXIT_OK;
 }
 
-static int get_u32(const k3_args *a, int id, uint64_t def, uint64_t lo, uint64_t hi, const char *name, uint32_t *out)
-{
-    uint64_t v;
-    k3_diag d;
-    if (k3_opt_u64(a, id, def, 0, &v, &d)) return k3_usage_error("%s", d.msg);
-    if (v < lo || v > hi) return k3_usage_error("--%s must be in %llu..%llu (got %llu)", name, (unsigned long long)lo,
-                                                (unsigned long long)hi, (unsigned long long)v);
-    *out = (uint32_t)v;
-    return 0;
-}
-
-static int get_float(const k3_args *a, int id, float def, const char *name, float *out)
-{
-    const char *s = k3_opt_str(a, id);
-    if (!s) { *out = def; return 0; }
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || *end || isnan(v)) return k3_usage_error("--%s: '%s' is not a number", name, s);
-    float f = (float)v;                 /* 1e39 would become inf, 1e-50 zero: say what was given */
-    if (errno == ERANGE || (isinf(f) && !isinf(v)) || (f == 0.0f && v != 0.0))
-        return k3_usage_error("--%s: '%s' is out of range (a 32-bit float)", name, s);
-    *out = f;
-    return 0;
-}
 
 int main(int argc, char **argv)
 {
@@ -337,8 +286,8 @@ int main(int argc, char **argv)
         const char *mode = chat ? "--render-chat" : k3_opt_str(&a, OPT_TOKENIZE) ? "--tokenize" : "--detokenize";
         if (chat && special) return k3_usage_error("--render-chat takes no --special (its markers are ids already)");
         if (!tokdir) {
-            if (check_pack(pack, &d)) return fail(K3_ERR_IO, &d);
-            if (!pack_has_tokenizer(pack, tik, sizeof tik))
+            if (k3_cli_check_pack(pack, &d)) return fail(K3_ERR_IO, &d);
+            if (!k3_cli_has_tokenizer(pack, tik, sizeof tik))
                 return no_tokenizer(mode, tik, "give --tokenizer DIR (a checkpoint's directory)");
         }
         k3_tok *tok;
@@ -362,22 +311,22 @@ int main(int argc, char **argv)
     uint32_t n_predict, threads, context, batch;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     int rc;
-    if ((rc = get_u32(&a, OPT_N, 128, 0, 1u << 30, "n-predict", &n_predict)) ||
-        (rc = get_u32(&a, OPT_THREADS, ncpu > 0 ? (uint64_t)ncpu : 1, 1, 1024, "threads", &threads)) ||
-        (rc = get_u32(&a, OPT_CONTEXT, 4096, 1, 1u << 24, "context", &context)) ||
-        (rc = get_u32(&a, OPT_BATCH, 64, 1, 4096, "batch", &batch)))
+    if ((rc = k3_cli_u32(&a, OPT_N, 128, 0, 1u << 30, "n-predict", &n_predict)) ||
+        (rc = k3_cli_u32(&a, OPT_THREADS, ncpu > 0 ? (uint64_t)ncpu : 1, 1, 1024, "threads", &threads)) ||
+        (rc = k3_cli_u32(&a, OPT_CONTEXT, 4096, 1, 1u << 24, "context", &context)) ||
+        (rc = k3_cli_u32(&a, OPT_BATCH, 64, 1, 4096, "batch", &batch)))
         return rc;
     uint32_t chunks;
-    if ((rc = get_u32(&a, OPT_CHUNKS, 0, 0, UINT32_MAX, "chunks", &chunks))) return rc;
+    if ((rc = k3_cli_u32(&a, OPT_CHUNKS, 0, 0, UINT32_MAX, "chunks", &chunks))) return rc;
     if (k3_opt_str(&a, OPT_CHUNKS) && !chunks) return k3_usage_error("--chunks must be at least 1 (got 0)");
     if (ppl && !k3_opt_str(&a, OPT_CONTEXT)) context = 512;        /* llama-perplexity's default */
     k3_sampler_opts so = {0};
     uint32_t topk;
     uint64_t seed;
-    if ((rc = get_float(&a, OPT_TEMP, 0.0f, "temp", &so.temp)) || (rc = get_float(&a, OPT_TOPP, 1.0f, "top-p", &so.top_p)) ||
-        (rc = get_float(&a, OPT_MINP, 0.0f, "min-p", &so.min_p)) ||
-        (rc = get_float(&a, OPT_REPEAT, 1.0f, "repeat-penalty", &so.repeat_penalty)) ||
-        (rc = get_u32(&a, OPT_TOPK, 0, 0, UINT32_MAX, "top-k", &topk)))
+    if ((rc = k3_cli_float(&a, OPT_TEMP, 0.0f, "temp", &so.temp)) || (rc = k3_cli_float(&a, OPT_TOPP, 1.0f, "top-p", &so.top_p)) ||
+        (rc = k3_cli_float(&a, OPT_MINP, 0.0f, "min-p", &so.min_p)) ||
+        (rc = k3_cli_float(&a, OPT_REPEAT, 1.0f, "repeat-penalty", &so.repeat_penalty)) ||
+        (rc = k3_cli_u32(&a, OPT_TOPK, 0, 0, UINT32_MAX, "top-k", &topk)))
         return rc;
     if (k3_opt_u64(&a, OPT_SEED, 0, 0, &seed, &d)) return k3_usage_error("%s", d.msg);
     so.top_k = topk;
@@ -388,20 +337,12 @@ int main(int argc, char **argv)
     omp_set_num_threads((int)threads);
 
     /* the budget: a size, a preset, or (0) what the machine allows */
-    uint64_t budget = 0;
-    const char *bs = k3_opt_str(&a, OPT_BUDGET), *ps = k3_opt_str(&a, OPT_PRESET);
-    if (bs && ps && !k3_opt_from_env(&a, OPT_BUDGET)) return k3_usage_error("give --budget or --preset, not both");
-    if (ps) {
-        if (!(budget = k3_preset_budget(ps)))
-            return k3_usage_error("--preset: unknown preset '%s' (laptop, workstation, server)", ps);
-    } else if (bs) {
-        if (k3_parse_size(bs, 1, &budget) || budget == 0)
-            return k3_usage_error("--budget: '%s' is not a size (8G, 512M, 4096)", bs);
-    }
+    uint64_t budget;
+    if ((rc = k3_cli_budget(&a, OPT_BUDGET, OPT_PRESET, &budget))) return rc;
 
     /* the pack, and its tokenizer if the run needs text: before the prompt is read */
-    if (check_pack(pack, &d)) return fail(K3_ERR_IO, &d);
-    int have_tok = pack_has_tokenizer(pack, tik, sizeof tik);
+    if (k3_cli_check_pack(pack, &d)) return fail(K3_ERR_IO, &d);
+    int have_tok = k3_cli_has_tokenizer(pack, tik, sizeof tik);
     if (!have_tok && ppl) return no_tokenizer("--perplexity", tik, "perplexity scores text");
     if (!have_tok && !k3_opt_str(&a, OPT_PROMPT_IDS))
         return no_tokenizer(k3_opt_str(&a, OPT_PROMPT) ? "the prompt from -p" : k3_opt_str(&a, OPT_FILE) ?

@@ -62,6 +62,12 @@ void k3_plan_print(FILE *f, const k3_plan *p, const k3_geometry *g)
     fprintf(f, "  resident          %10s (%llu bytes)\n", hs(p->resident, a), (unsigned long long)p->resident);
     fprintf(f, "    model buffers   %10s (KDA states %s, MLA cache for %u positions %s)\n", hs(p->buffers, a),
             hs(p->kda_state, b), p->context, hs(p->mla_cache, c));
+    if (p->n_snapshots)
+        fprintf(f, "      of them       %10s (%u state snapshots of %s: KDA states and a logits row)\n",
+                hs((uint64_t)p->n_snapshots * p->snapshot_bytes, a), p->n_snapshots, hs(p->snapshot_bytes, b));
+    else
+        fprintf(f, "    (a state snapshot, k3run chat's prompt cache, is %s each: KDA states and a logits row)\n",
+                hs(p->snapshot_bytes, a));
     fprintf(f, "    margin          %10s\n", hs(p->margin, a));
     fprintf(f, "    trunk, resident %10s (%u of %u units: %u layers and the head; the embedding table is "
             "not resident)\n", hs(p->trunk_resident, a), n_res, p->n_units, p->n_units ? p->n_units - 1 : 0);
@@ -116,6 +122,8 @@ json_t *k3_plan_json(const k3_plan *p, const k3_geometry *g)
     set_u64(o, "buffers_bytes", p->buffers);
     set_u64(o, "kda_state_bytes", p->kda_state);
     set_u64(o, "mla_cache_bytes", p->mla_cache);
+    set_u64(o, "snapshots", p->n_snapshots);
+    set_u64(o, "snapshot_bytes", p->snapshot_bytes);
     set_u64(o, "margin_bytes", p->margin);
 
     set_u64(tr, "units", p->n_units);
