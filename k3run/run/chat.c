@@ -336,7 +336,9 @@ k3_err k3_chat_turn(k3_chat *c, const char *request, size_t len, const k3_chat_o
         if (st->completion_tokens == 0) st->t_first = k3_now() - t0;
         if (k3_chat_parser_in_think(&p)) st->reasoning_tokens++;
         st->completion_tokens++;
-        if (k3_chat_parser_feed(&p, id, &cb)) { ended = 1; break; }
+        int r = k3_chat_parser_feed(&p, id, &cb);
+        if (r < 0) { e = k3_fail(d, K3_ERR_NOMEM, "out of memory parsing the answer"); break; }
+        if (r) { ended = 1; break; }
         if (t.stopped) break;
         if (st->completion_tokens == o->n_predict) break;   /* no pass for a token nothing follows */
         if (k3_model_pos(c->m) + 1 >= ctx) break;           /* the context is full: the answer ends here */

@@ -42,6 +42,20 @@ def run(args, env=None, check=True, stdin=None):
     return p
 
 
+KJV = os.path.join(SRC, "tests", "models", "k3-kjv")
+
+
+def kjv_pack(work):
+    """The trained demo model packed into WORK/k3-kjv.k3pack (again when it is missing or damaged)."""
+    os.makedirs(work, exist_ok=True)
+    pack = os.path.join(work, "k3-kjv.k3pack")
+    if not os.path.exists(os.path.join(pack, "manifest.json")) or \
+            subprocess.run([os.path.join(BIN, "k3verify"), "-q", pack]).returncode:
+        shutil.rmtree(pack, ignore_errors=True)
+        run([os.path.join(BIN, "k3pack"), "-q", KJV, "-o", pack])
+    return pack
+
+
 def make_pack(preset, seed, work=None):
     """Checkpoint + pack for (preset, seed), cached under K3_TEST_TMP. Returns (ckpt, pack)."""
     work = work or os.path.join(TMP, "k3run-fixtures")

@@ -9,13 +9,12 @@ test_k3run_chat_repl.py."""
 
 import json
 import os
-import shutil
 import struct
 import subprocess
 import sys
 import unittest
 
-from runlib import BIN, SRC, TMP, make_pack, run
+from runlib import BIN, SRC, TMP, kjv_pack, make_pack, run
 
 CKPT = os.path.join(SRC, "tests", "models", "k3-kjv")
 sys.path.insert(0, os.path.join(SRC, "tests", "train"))
@@ -43,12 +42,7 @@ class TestChat(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.work = os.path.join(TMP, "k3run-chat")
-        os.makedirs(cls.work, exist_ok=True)
-        cls.pack = os.path.join(cls.work, "k3-kjv.k3pack")
-        if not os.path.exists(os.path.join(cls.pack, "manifest.json")) or \
-                subprocess.run([os.path.join(BIN, "k3verify"), "-q", cls.pack]).returncode:
-            shutil.rmtree(cls.pack, ignore_errors=True)
-            run([os.path.join(BIN, "k3pack"), "-q", CKPT, "-o", cls.pack])
+        cls.pack = kjv_pack(cls.work)
 
     def one(self, args, stdin=None):
         d = docs(chat(self.pack, args + ["--json"], stdin=stdin))

@@ -9,15 +9,13 @@ import os
 import pty
 import re
 import select
-import shutil
 import signal
 import subprocess
 import time
 import unittest
 
-from runlib import BIN, SRC, TMP, make_pack, run
+from runlib import BIN, TMP, kjv_pack, make_pack, run
 
-CKPT = os.path.join(SRC, "tests", "models", "k3-kjv")
 Q = ["Quote Genesis 1:1.", "What does John 3:16 say?", "Recite Exodus 20:3."]
 ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][0-9A-Za-z]|\x1b[=>]|\r")
 
@@ -85,11 +83,7 @@ class TestChatRepl(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.work = os.path.join(TMP, "k3run-chat-repl")
-        os.makedirs(cls.work, exist_ok=True)
-        cls.pack = os.path.join(cls.work, "k3-kjv.k3pack")
-        if not os.path.exists(os.path.join(cls.pack, "manifest.json")):
-            shutil.rmtree(cls.pack, ignore_errors=True)
-            run([os.path.join(BIN, "k3pack"), "-q", CKPT, "-o", cls.pack])
+        cls.pack = kjv_pack(cls.work)
 
     def scripted(self, questions, extra):
         """the same conversation as a script (stdin lines, --json): the answers' contents"""

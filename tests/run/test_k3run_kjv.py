@@ -10,11 +10,9 @@ give tenths), so equal ids over 64 tokens is a stronger check than on random che
 import json
 import os
 import re
-import shutil
-import subprocess
 import unittest
 
-from runlib import BIN, PY, SRC, TMP, compare_dumps, k3ref, k3run, minimum_budget, run
+from runlib import PY, SRC, TMP, compare_dumps, k3ref, k3run, kjv_pack, minimum_budget, run
 
 CKPT = os.path.join(SRC, "tests", "models", "k3-kjv")
 TRAIN = os.path.join(SRC, "tests", "train")
@@ -42,12 +40,7 @@ class TestKjv(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.work = os.path.join(TMP, "k3run-kjv")
-        os.makedirs(cls.work, exist_ok=True)
-        cls.pack = os.path.join(cls.work, "k3-kjv.k3pack")
-        if not os.path.exists(os.path.join(cls.pack, "manifest.json")) or \
-                subprocess.run([os.path.join(BIN, "k3verify"), "-q", cls.pack]).returncode:
-            shutil.rmtree(cls.pack, ignore_errors=True)
-            run([os.path.join(BIN, "k3pack"), "-q", CKPT, "-o", cls.pack])
+        cls.pack = kjv_pack(cls.work)
         cls.data = os.path.join(cls.work, "data")
         if not os.path.exists(os.path.join(cls.data, "kjv-heldout.txt")):
             run([PY, os.path.join(TRAIN, "kjv_data.py"), "--out", cls.data, "--chats", "0"])
