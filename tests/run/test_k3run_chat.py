@@ -239,6 +239,21 @@ class TestChat(unittest.TestCase):
         self.assertFalse(d["k3"]["think_budget_closed"])
         self.assertEqual(d["message"], free["message"])
 
+    def test_sampling_same_bytes(self):
+        """seeded sampling in a two-turn chat: the same messages at 1 and 2 threads, the scalar and
+        the best ISA, the minimum budget and none; another seed, another answer"""
+        base = ["--think", "on", "--temp", "0.9", "--top-p", "0.95", "--seed", "7"]
+        ref = [d["message"] for d in self.two_turns(base)]
+        for extra, env in ((["-t", "1"], {}), (["-t", "2"], {"K3_ISA": "scalar"}),
+                           (["--budget", str(self.minimum())], {})):
+            with self.subTest(extra=extra, env=env):
+                p = subprocess.run([os.path.join(BIN, "k3run"), "chat", "-m", self.pack, "--json"] + N + base + extra,
+                                   input=(Q1 + "\n" + Q2 + "\n").encode(), capture_output=True,
+                                   env=dict(os.environ, **env), check=True)
+                self.assertEqual([d["message"] for d in docs(p)], ref)
+        other = [d["message"] for d in self.two_turns(base[:-1] + ["8"])]
+        self.assertNotEqual(other, ref)
+
     def test_refused_requests(self):
         """a request the official renderer refuses: exit 2 before any weight is read; bad JSON: exit 1"""
         cases = [({"messages": [{"role": "developer", "content": "x"}]}, 2),
