@@ -652,7 +652,7 @@ class AgainstK3runRandom(unittest.TestCase):
 
     def test_random(self):
         if not chatlib.have_k3run():
-            self.skipTest("%s has no --render-chat" % chatlib.K3RUN)
+            self.fail("%s is missing or has no --render-chat (build it first)" % chatlib.K3RUN)
         import os
         seed = int(os.environ.get("K3_CHAT_SEED", "3"))
         rng = random.Random(seed)
@@ -666,7 +666,7 @@ class AgainstK3run(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         if not chatlib.have_k3run():
-            raise unittest.SkipTest("%s has no --render-chat" % chatlib.K3RUN)
+            raise AssertionError("%s is missing or has no --render-chat (build it first)" % chatlib.K3RUN)
         CASES.setdefault("every_special_name_is_text", req([U(every_special_name()), A(every_special_name())], NOEFF))
 
     def test_cases(self):

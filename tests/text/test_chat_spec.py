@@ -66,7 +66,7 @@ class WorkedExamples(unittest.TestCase):
 
     def test_k3run(self):
         if not chatlib.have_k3run():
-            self.skipTest("%s has no --render-chat" % chatlib.K3RUN)
+            self.fail("%s is missing or has no --render-chat (build it first)" % chatlib.K3RUN)
         for num, title, inp, pcs in self.cases:
             with self.subTest(example=num, title=title):
                 doc = chatlib.compare(self, inp, "§" + num)
