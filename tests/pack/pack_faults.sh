@@ -111,7 +111,10 @@ run_stopped() {
     sp=$!
     pid=""
     for i in $(seq 600); do pid=$(pgrep -P $sp || true); [ -n "$pid" ] && break; sleep 0.05; done
-    stopped "$pid" || fail "k3pack did not stop"
+    if ! stopped "$pid"; then      # say what it was doing instead (this check was flaky once in a while)
+        st=$(grep '^State:' "/proc/$pid/status" 2>/dev/null || echo "gone: it finished before $1 #$2")
+        fail "k3pack (pid '${pid:-none found}') did not stop at $1 #$2 within 60 s: $st; $(tail -c 300 "$T/err")"
+    fi
     sh -c "$3"
     kill -CONT "$pid"
     set +e
