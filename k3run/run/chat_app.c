@@ -222,9 +222,12 @@ int k3_chat_load(chat_app *app, const char *path)
     k3_session ss;
     k3_diag d;
     double t = k3_now();
+    uint32_t before = k3_model_pos(app->ld.m);
     k3_err e = k3_session_load(path, app->ld.m, app->ld.w, app->pack, &ss, &d);
     if (e) {
-        k3_chat_reset(app->chat);
+        /* refused before the model was touched: it still holds the conversation; else it was reset
+           (never half-loaded) and so are the chat's snapshots */
+        if (k3_model_pos(app->ld.m) != before) k3_chat_reset(app->chat);
         return fail(e, &d);
     }
     const k3_session_part *x = k3_session_extra(&ss, "chat");

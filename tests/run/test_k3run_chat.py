@@ -107,6 +107,25 @@ class TestChat(unittest.TestCase):
         self.assertEqual(len(d), len(reqs))
         return d
 
+    def test_failed_load_keeps_the_cache(self):
+        """a /load that is refused (no such file, a damaged session) leaves the conversation and
+        what the model holds: the next turn is as without it"""
+        _, want = self.two_turns(["--think", "off"])
+        s, b = self.session_file()
+        bad = os.path.join(self.work, "flipped.k3session")
+        with open(bad, "wb") as f:
+            f.write(b[:-3] + bytes([b[-3] ^ 0x10]) + b[-2:])
+        for path in (os.path.join(self.work, "no-such.k3session"), bad):
+            with self.subTest(path=path):
+                p = chat(self.pack, ["--json", "--think", "off"] + N,
+                         stdin=("%s\n/load %s\n%s\n" % (Q1, path, Q2)).encode())
+                d = docs(p)
+                self.assertEqual(len(d), 2, p.stderr)
+                self.assertIn(path, p.stderr.decode())
+                self.assertEqual(d[1]["message"], want["message"])
+                if path != bad:     # refused before it touched the model: the cache is kept
+                    self.assertEqual(d[1]["usage"], want["usage"])
+
     def test_rewind(self):
         """a history that differs from what the model holds (turn 1 sent back without its
         reasoning, as many clients do: an empty think channel) goes back to the snapshot at the
