@@ -98,6 +98,22 @@ k3_err k3_chat_adopt(k3_chat *c, const int32_t *ids, uint32_t n, k3_diag *d)
     return K3_OK;
 }
 
+/* Process ids[0 .. n) (a prompt's rest, a generated or forced id): hold them, move the model past them. */
+static k3_err feed(k3_chat *c, const int32_t *ids, uint32_t n, k3_diag *d)
+{
+    uint32_t B = k3_model_max_batch(c->m), pos = k3_model_pos(c->m);
+    if ((uint64_t)pos + n > k3_model_context(c->m))
+        return k3_fail(d, K3_ERR_USAGE, "the context is full (%u positions): use a larger --context",
+                       k3_model_context(c->m));
+    for (uint32_t i = 0; i < n; i += B) {
+        uint32_t t = n - i < B ? n - i : B;
+        k3_err e = k3_model_forward(c->m, ids + i, t, d);
+        if (e) return e;
+        memcpy(c->held + pos + i, ids + i, t * sizeof *ids);
+    }
+    return K3_OK;
+}
+
 /* Bring the model to prompt[0 .. n): keep the longest held prefix reachable, process the rest. */
 static k3_err sync_prompt(k3_chat *c, const int32_t *p, uint32_t n, uint32_t *cached, k3_diag *d)
 {
@@ -131,15 +147,8 @@ static k3_err sync_prompt(k3_chat *c, const int32_t *p, uint32_t n, uint32_t *ca
         for (uint32_t i = 0; i < pos; i++) k3_sampler_accept(&c->s, c->held[i]);
     }
     *cached = pos;
-    uint32_t B = k3_model_max_batch(c->m);
-    for (uint32_t i = pos; i < n; i += B) {
-        uint32_t t = n - i < B ? n - i : B;
-        if ((e = k3_model_forward(c->m, p + i, t, d))) return e;
-        for (uint32_t j = 0; j < t; j++) {
-            c->held[i + j] = p[i + j];
-            k3_sampler_accept(&c->s, p[i + j]);
-        }
-    }
+    if ((e = feed(c, p + pos, n - pos, d))) return e;
+    for (uint32_t i = pos; i < n; i++) k3_sampler_accept(&c->s, p[i]);
     return K3_OK;
 }
 
@@ -155,22 +164,6 @@ static void take_snapshot(k3_chat *c)
         c->snap[--c->n_snaps] = t;
     }
     k3_model_snap_take(c->m, c->snap[c->n_snaps++]);
-}
-
-/* Process one generated or forced id: hold it and move the model past it. */
-static k3_err feed(k3_chat *c, const int32_t *ids, uint32_t n, k3_diag *d)
-{
-    uint32_t B = k3_model_max_batch(c->m), pos = k3_model_pos(c->m);
-    if ((uint64_t)pos + n > k3_model_context(c->m))
-        return k3_fail(d, K3_ERR_USAGE, "the context is full (%u positions): use a larger --context",
-                       k3_model_context(c->m));
-    for (uint32_t i = 0; i < n; i += B) {
-        uint32_t t = n - i < B ? n - i : B;
-        k3_err e = k3_model_forward(c->m, ids + i, t, d);
-        if (e) return e;
-        memcpy(c->held + pos + i, ids + i, t * sizeof *ids);
-    }
-    return K3_OK;
 }
 
 /* The turn's plumbing between the parser, the stop strings and the sink. */
@@ -213,19 +206,6 @@ static void on_call(void *ctx, const k3_chat_call *call, size_t index)
     turn *t = ctx;
     (void)index;
     if (!t->stopped && t->sink && t->sink->call) t->sink->call(t->sink->ctx, call->name, call->arguments);
-}
-
-/* Does the request declare tools (a non-empty "tools", or a system message carrying some)? */
-static int declares_tools(const char *request, size_t len)
-{
-    json_t *r = json_loadb(request, len, 0, NULL);
-    int yes = r && json_array_size(json_object_get(r, "tools")) > 0;
-    size_t i;
-    json_t *msg;
-    json_array_foreach(json_object_get(r, "messages"), i, msg)
-        if (json_array_size(json_object_get(msg, "tools")) > 0) yes = 1;
-    json_decref(r);
-    return yes;
 }
 
 /* A JSON string of bytes that may not be valid UTF-8 (U+FFFD for the bad ones). */
@@ -294,7 +274,7 @@ k3_err k3_chat_turn(k3_chat *c, const char *request, size_t len, const k3_chat_o
     turn t = {.sink = sink};
     k3_chat_parser p;
     if ((e = k3_stopstr_init(&t.stop, o->stops, (size_t)o->n_stops, d))) goto out;
-    if ((e = k3_chat_parser_init(&p, c->tok, pr.thinking, declares_tools(request, len), d))) {
+    if ((e = k3_chat_parser_init(&p, c->tok, pr.thinking, pr.tools_declared, d))) {
         k3_stopstr_free(&t.stop);
         goto out;
     }

@@ -34,6 +34,7 @@ typedef struct chat_ctx {
     size_t n_segs, cap_segs;
     k3cj_buf text;           /* the strings' bytes */
     int oom;                 /* an append failed */
+    int tools_declared;      /* a tool declaration was rendered (top level or dynamic) */
     k3_diag *d;
 } chat_ctx;
 

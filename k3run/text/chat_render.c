@@ -193,6 +193,16 @@ static k3_err text_of(chat_ctx *c, uint32_t v, const char *what)
     return e ? e : chat_check(c);
 }
 
+/* The attribute KEY="str(value)" (Python's str of the value; `what` names it in a refusal). */
+static k3_err attr_py_str(chat_ctx *c, const char *key, uint32_t value, const char *what)
+{
+    k3cj_buf b = {0};                                /* str(value) */
+    k3_err e = chat_py_str(c, value, &b, what);
+    if (!e) chat_attr(c, key, b.p, b.n);
+    free(b.p);
+    return e;
+}
+
 /* A message's role attribute, then its name if truthy, then <|sep|>. */
 static k3_err open_message(chat_ctx *c, size_t mi, uint32_t m, const char *role)
 {
@@ -202,10 +212,7 @@ static k3_err open_message(chat_ctx *c, size_t mi, uint32_t m, const char *role)
     if (name && k3cj_truthy(&c->doc, name)) {
         char what[48];
         snprintf(what, sizeof what, "messages[%zu].name", mi);
-        k3cj_buf b = {0};                            /* str(name) */
-        k3_err e = chat_py_str(c, name, &b, what);
-        if (!e) chat_attr(c, "name", b.p, b.n);
-        free(b.p);
+        k3_err e = attr_py_str(c, "name", name, what);
         if (e) return e;
     }
     chat_sep(c);
@@ -304,10 +311,7 @@ static k3_err tool_message(chat_ctx *c, size_t mi, uint32_t m, uint32_t resorted
     chat_attr(c, "role", "tool", 4);
     char what[48];
     snprintf(what, sizeof what, "messages[%zu] tool name", mi);
-    k3cj_buf b = {0};                                /* str(name) */
-    k3_err e = chat_py_str(c, name, &b, what);
-    if (!e) chat_attr(c, "tool", b.p, b.n);
-    free(b.p);
+    k3_err e = attr_py_str(c, "tool", name, what);
     if (e) return e;
     chat_attr_u(c, "index", index);
     chat_sep(c);
@@ -411,6 +415,7 @@ k3_err k3_chat_render(const k3_tok *tok, const char *json, size_t len, const cha
     if (!e) {
         out->thinking = o.thinking != 0;
         out->add_generation_prompt = o.add_gen != 0;
+        out->tools_declared = c.tools_declared;
     }
     if (e) k3_chat_prompt_free(out);
     free(c.segs);

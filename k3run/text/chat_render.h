@@ -31,6 +31,7 @@ typedef struct k3_chat_prompt {
     char *arena;             /* text pieces' bytes, UTF-8 (lone surrogates already U+FFFD) */
     int thinking;            /* effective: 1 if thinking on (generation prompt opens think), 0 off */
     int add_generation_prompt;
+    int tools_declared;      /* the prompt declares tools (the answer's parser keeps their calls) */
 } k3_chat_prompt;
 
 /*

@@ -19,6 +19,7 @@ k3_err chat_tool_declare(chat_ctx *c, uint32_t tools, int dynamic)
     static const char head_dyn[] =
         "## New Tools Available\nThe system dynamically extends the toolset via lazy-loading.\n"
         "You have access to all existing and extended tools.\nHere are the specs for the extended tools.\n\n```json\n";
+    c->tools_declared = 1;
     k3cj_buf b = {0};                                /* the body */
     k3cj_buf_puts(&b, dynamic ? head_dyn : head);
     k3_err e = k3cj_dump(&c->doc, tools, K3CJ_COMPACT_SORTED, &b, c->d);
