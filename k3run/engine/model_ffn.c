@@ -6,6 +6,12 @@
  *
  * A batch reads each chosen expert once: the batch's experts are acquired
  * together, and each expert multiplies all the tokens that chose it at once.
+ *
+ * Lookahead (issue 16): at the end of each FFN, the next layer's router is
+ * applied to the hidden state as it stands (its AttnRes mix and norm without
+ * its attention), and the experts it names are read into the cache while the
+ * next layer's attention computes. Only scratch is written, so what is
+ * computed stays the same bits; docs/PERFORMANCE.md measures what it reads.
  */
 #include "model_impl.h"
 
@@ -13,6 +19,8 @@
 #include <string.h>
 
 #include "k3_math.h"
+
+static void lookahead(k3_model *m, int layer, uint32_t T, const float *out);
 
 k3_err k3_dense(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3_diag *d)
 {
@@ -22,7 +30,22 @@ k3_err k3_dense(k3_model *m, int layer, uint32_t T, const float *x, float *out, 
     k3_lin(m, k3w_get(m->w, layer, K3W_FFN_UP), x, T, m->u);         /* [T][I] */
     k3_glu(m->cfg, m->g, m->u, T * z->I);
     k3_lin(m, k3w_get(m->w, layer, K3W_FFN_DOWN), m->g, T, out);
+    lookahead(m, layer, T, out);
     return K3_OK;
+}
+
+/* Router logits st [E] to scores in place: sigmoid, or softmax over the experts. */
+static void router_scores(const k3_config *c, float *st, uint32_t E)
+{
+    if (c->router_act == K3_ROUTER_SIGMOID) {
+        for (uint32_t e = 0; e < E; e++) st[e] = k3_sigmoidf(st[e]);
+    } else {
+        float mx = -INFINITY;
+        for (uint32_t e = 0; e < E; e++) if (st[e] > mx) mx = st[e];
+        double sum = 0;
+        for (uint32_t e = 0; e < E; e++) { st[e] = k3_expf(st[e] - mx); sum += st[e]; }
+        for (uint32_t e = 0; e < E; e++) st[e] = (float)(st[e] / sum);
+    }
 }
 
 /* Top-k of sel [E] by value descending, ties to the lower index (a stable
@@ -58,15 +81,7 @@ k3_err k3_moe(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3
     float *sel = m->sel;                                              /* [E] */
     for (uint32_t t = 0; t < T; t++) {
         float *st = s + (size_t)t * E;
-        if (c->router_act == K3_ROUTER_SIGMOID) {
-            for (uint32_t e = 0; e < E; e++) st[e] = k3_sigmoidf(st[e]);
-        } else {
-            float mx = -INFINITY;
-            for (uint32_t e = 0; e < E; e++) if (st[e] > mx) mx = st[e];
-            double sum = 0;
-            for (uint32_t e = 0; e < E; e++) { st[e] = k3_expf(st[e] - mx); sum += st[e]; }
-            for (uint32_t e = 0; e < E; e++) st[e] = (float)(st[e] / sum);
-        }
+        router_scores(c, st, E);
         for (uint32_t e = 0; e < E; e++) sel[e] = st[e] + m->bias[e];      /* selection only */
         int32_t *it = m->idx + (size_t)t * k;
         float *wt = m->wts + (size_t)t * k;
@@ -150,5 +165,100 @@ k3_err k3_moe(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3
         k3_lin(m, k3w_get(w, layer, K3W_MOE_SH_DOWN), m->g, T, m->t4);  /* [T][D] */
         for (size_t i = 0; i < (size_t)T * z->D; i++) out[i] = out[i] + m->t4[i];
     }
+    lookahead(m, layer, T, out);
     return K3_OK;
+}
+
+/*
+ * Layer nx's AttnRes mix of its MoE input as it stands before nx's attention: the frozen
+ * blocks (nb of them), then hn (the hidden state after layer nx - 1) as the new block if nx
+ * starts one, and hn as the partial sum (its attention output not known yet). The same
+ * arithmetic as model.c's attnres; out [T][D], vectors in m->vec, m->vec2.
+ */
+static void mix_ahead(k3_model *m, uint32_t T, uint32_t nb, int new_block, const float *hn, const k3_tensor *nt,
+                      const k3_tensor *pt, float *out)
+{
+    const k3_dims *z = &m->d;
+    float *q = m->vec, *kf = m->vec2;
+    k3w_vec(nt, q);
+    k3w_vec(pt, kf);
+    for (uint32_t i = 0; i < z->D; i++) q[i] = q[i] * kf[i];
+    float eps = (float)m->cfg->rms_norm_eps;
+    uint32_t nv = nb + (new_block ? 2 : 1);
+    for (uint32_t t = 0; t < T; t++) {
+        float s[K3_MAX_LAYERS + 2], mx = -INFINITY;
+        const float *h = hn + (size_t)t * z->D;
+        for (uint32_t j = 0; j < nv; j++) {
+            const float *v = j < nb ? m->blocks + ((size_t)j * m->o.max_batch + t) * z->D : h;
+            k3v_rmsnorm(kf, v, NULL, z->D, eps);
+            s[j] = k3v_dot(kf, q, z->D);
+            if (s[j] > mx) mx = s[j];
+        }
+        double sum = 0;
+        for (uint32_t j = 0; j < nv; j++) { s[j] = k3_expf(s[j] - mx); sum += s[j]; }
+        float *o = out + (size_t)t * z->D;
+        for (uint32_t j = 0; j < nv; j++) {
+            float p = (float)(s[j] / sum);
+            const float *v = j < nb ? m->blocks + ((size_t)j * m->o.max_batch + t) * z->D : h;
+            if (j == 0) for (uint32_t i = 0; i < z->D; i++) o[i] = p * v[i];
+            else for (uint32_t i = 0; i < z->D; i++) o[i] = o[i] + p * v[i];
+        }
+    }
+}
+
+/*
+ * The end of layer `layer`'s FFN (out [T][D], not yet added to m->h): predict layer + 1's
+ * experts and have the cache read the missing ones now. The prediction is what sim_cache.py
+ * measured on medium (99.8 % of rank-1 choices, 88 % of the 16): the hidden state after this
+ * layer, layer + 1's MoE mix and post-attention norm, its router and bias, top-k per token;
+ * a batch asks for the experts most of its tokens name first. Needs layer + 1's router in
+ * memory, or its streamed unit's read already queued (k3w_get_ahead); else nothing is read
+ * ahead. Writes only scratch the layers overwrite before reading: t3, t4 [B][tw >= D],
+ * logits_e [B][E], bias, sel, seen [E], idx [B][k], uniq, vec, vec2.
+ */
+static void lookahead(k3_model *m, int layer, uint32_t T, const float *out)
+{
+    const k3_dims *z = &m->d;
+    const k3_config *c = m->cfg;
+    k3_weights *w = m->w;
+    int nx = layer + 1;
+    if (!z->E || nx >= (int)z->L || !k3_layer_is_moe(c, (uint32_t)nx) || !k3w_lookahead(w)) return;
+    k3_tensor tr, tb, tn, tmn, tmp;
+    const k3_tensor *router = k3w_get_ahead(w, nx, K3W_MOE_ROUTER, &tr);
+    const k3_tensor *bias = k3w_get(w, nx, K3W_MOE_BIAS) ? k3w_get_ahead(w, nx, K3W_MOE_BIAS, &tb) : NULL;
+    const k3_tensor *pn = k3w_get_ahead(w, nx, K3W_POST_NORM, &tn);
+    const k3_tensor *mn = z->block ? k3w_get_ahead(w, nx, K3W_MRES_NORM, &tmn) : NULL;
+    const k3_tensor *mp = z->block ? k3w_get_ahead(w, nx, K3W_MRES_PROJ, &tmp) : NULL;
+    if (!router || !pn || (k3w_get(w, nx, K3W_MOE_BIAS) && !bias) || (z->block && (!mn || !mp))) return;
+    uint32_t D = z->D, E = z->E, k = z->k;
+    float *hn = m->t3, *xn = m->t4;                                   /* [T][D] each */
+    for (size_t i = 0; i < (size_t)T * D; i++) hn[i] = m->h[i] + out[i];
+    const float *mi = hn;
+    if (z->block) {
+        mix_ahead(m, T, (uint32_t)layer / z->block + 1, nx % z->block == 0, hn, mn, mp, xn);
+        mi = xn;
+    }
+    k3w_vec(pn, m->vec);
+    float eps = (float)c->rms_norm_eps;
+    for (uint32_t t = 0; t < T; t++) k3v_rmsnorm(hn + (size_t)t * D, mi + (size_t)t * D, m->vec, D, eps);
+    k3_lin(m, router, hn, T, m->logits_e);                            /* [T][E] */
+    if (bias) k3w_vec(bias, m->bias);
+    else memset(m->bias, 0, E * sizeof(float));
+    memset(m->seen, 0, E * sizeof *m->seen);
+    for (uint32_t t = 0; t < T; t++) {
+        float *st = m->logits_e + (size_t)t * E;
+        router_scores(c, st, E);
+        for (uint32_t e = 0; e < E; e++) m->sel[e] = st[e] + m->bias[e];
+        top_k(m->sel, E, k, m->idx + (size_t)t * k);
+        for (uint32_t j = 0; j < k; j++) m->seen[m->idx[(size_t)t * k + j]]++;
+    }
+    if (T == 1) {                                   /* one token: its own order, likeliest first */
+        k3w_experts_prefetch(w, nx, m->idx, (int)k);
+        return;
+    }
+    uint32_t nu = 0;                                /* a batch: named by the most tokens first */
+    for (uint32_t cnt = T; cnt > 0; cnt--)
+        for (uint32_t e = 0; e < E; e++)
+            if (m->seen[e] == cnt) m->uniq[nu++] = (int32_t)e;
+    k3w_experts_prefetch(w, nx, m->uniq, (int)nu);
 }

@@ -82,6 +82,12 @@ typedef struct k3_weights_stats {
     double read_seconds;         /* time of the reads themselves (with their hash checks), summed
                                     over reader threads */
     double hash_seconds;         /* of it, the XXH3-64 checks */
+    /* lookahead reads (k3w_experts_prefetch; all zero when it is off) */
+    uint64_t prefetch_issued;    /* expert records read ahead of their layer's acquire */
+    uint64_t prefetch_used;      /* of them, asked for by a later acquire (counted in expert_hits) */
+    uint64_t prefetch_wasted;    /* evicted before any acquire asked for them, or their read failed */
+    uint64_t prefetch_pending;   /* in the cache now, not asked for yet: issued = used + wasted + pending */
+    double expert_wait_seconds;  /* of wait_seconds, waiting for expert reads (misses and read-ahead ones) */
 } k3_weights_stats;
 
 /* Open a pack directory: its manifest and model config (nothing else is read yet, so a
@@ -135,5 +141,22 @@ k3_err k3w_experts_acquire(k3_weights *w, int layer, const int32_t *ids, const u
 k3_err k3w_experts_next(k3_weights *w, int *j, k3_diag *d);
 /* Done with the acquire's experts (waits for reads still in flight). */
 void k3w_experts_release(k3_weights *w, int layer);
+
+/*
+ * Lookahead reads (docs/PERFORMANCE.md, "Lookahead expert reads"): the model
+ * predicts the experts a layer will ask for (the next layer's router on the
+ * hidden state of the layer before) and has them read into the cache while
+ * it still computes. Only where reads land changes, never what is computed.
+ * On in cache mode unless the environment has K3_LOOKAHEAD=0.
+ */
+int k3w_lookahead(const k3_weights *w);
+/* Layer `layer`'s tensor with its data, if it is in memory or its read is already queued (a
+   streamed unit read ahead into the other buffer: waits for that tensor's read only); NULL when it
+   is not (or its read failed: k3w_layer_begin reports that). *tmp holds a streamed unit's view. */
+const k3_tensor *k3w_get_ahead(k3_weights *w, int layer, k3_wid id, k3_tensor *tmp);
+/* Start reading experts ids[0..n) of `layer` (distinct, most likely first) that are not cached,
+   each into a slot of its own, evicting as a miss would but never a slot of another of ids. Stops
+   at half the cache. Called between acquires; returns how many reads it queued. */
+int k3w_experts_prefetch(k3_weights *w, int layer, const int32_t *ids, int n);
 
 #endif

@@ -9,6 +9,14 @@
  * miss as its read and hash check complete. Eviction: least frequently used
  * (victim() below; docs/PERFORMANCE.md has the policies measured on medium's
  * routing).
+ *
+ * Lookahead: k3w_experts_prefetch queues the reads of experts a layer is
+ * predicted to ask for, before its acquire. Such a slot is flying until its
+ * read is waited for (never a victim meanwhile), and K3_PF_AHEAD until an
+ * acquire asks for it (used) or it is evicted first (wasted). An acquire that
+ * asks for a flying slot hands it out after the cached ones and before its
+ * own misses, waiting for it then; the reads ahead for other layers land at
+ * its start (land_older), so the cache never depends on the disk's timing.
  */
 #define _GNU_SOURCE
 #include "weights_impl.h"
@@ -193,12 +201,18 @@ k3_err k3w_cache_init(k3_weights *w, k3_diag *d)
     w->slot_job = calloc(w->n_slots, sizeof(k3io_job));
     w->acq_order = malloc(w->n_slots * sizeof(int32_t));
     w->acq_slot = malloc(w->n_slots * sizeof(int32_t));
+    w->slot_pf = calloc(w->n_slots, 1);
+    w->slot_fly = calloc(w->n_slots, 1);
+    w->fly = malloc(w->n_slots * sizeof(int32_t));
+    w->acq_pf = calloc(w->n_slots, 1);
     if (!w->slot_layer || !w->slot_expert || !w->slot_used || !w->slot_pin || !w->slot_job || !w->acq_order ||
-        !w->acq_slot)
+        !w->acq_slot || !w->slot_pf || !w->slot_fly || !w->fly || !w->acq_pf)
         return k3_fail(d, K3_ERR_NOMEM, "out of memory");
     for (uint64_t i = 0; i < w->n_slots; i++) w->slot_layer[i] = w->slot_expert[i] = -1;
     const char *ev = getenv("K3_EVICT");              /* for the benchmarks: lru | lfu */
     w->evict = ev && !strcmp(ev, "lru") ? K3_EVICT_LRU : ev && !strcmp(ev, "lfu") ? K3_EVICT_LFU : K3_EVICT_DEFAULT;
+    const char *la = getenv("K3_LOOKAHEAD");          /* 0 | off: no reads ahead (docs/PERFORMANCE.md) */
+    w->lookahead = !(la && (!strcmp(la, "0") || !strcmp(la, "off")));
     return K3_OK;
 }
 
@@ -223,6 +237,10 @@ void k3w_experts_free(k3_weights *w)
     free(w->slot_job);
     free(w->acq_order);
     free(w->acq_slot);
+    free(w->slot_pf);
+    free(w->slot_fly);
+    free(w->fly);
+    free(w->acq_pf);
 }
 
 static void fill_expert(const expert_layer *el, const uint8_t *rec, k3_expert *out)
@@ -245,6 +263,65 @@ k3_err k3w_expert_shape(k3_weights *w, int layer, k3_expert *out, k3_diag *d)
     return K3_OK;
 }
 
+/* Slot s no longer holds a record (its read failed, or it was never valid). */
+static void drop_slot(k3_weights *w, int32_t s)
+{
+    if (w->slot_layer[s] >= 0) w->experts[w->slot_layer[s]].slot[w->slot_expert[s]] = -1;
+    w->slot_layer[s] = w->slot_expert[s] = -1;
+    w->slot_used[s] = 0;
+}
+
+/* Slot s's record leaves it (evicted, or dropped): a read ahead nobody asked for was wasted. */
+static void forget_ahead(k3_weights *w, int32_t s)
+{
+    if (w->slot_pf[s] != K3_PF_AHEAD) return;
+    w->slot_pf[s] = K3_PF_NONE;
+    w->st.prefetch_wasted++;
+    w->st.prefetch_pending--;
+}
+
+/* The read ahead into slot s landed: wait for it (the compute thread's time, counted as waiting
+   when `timed`), take its figures, and drop the slot if it failed. Returns the job's failure. */
+static int land(k3_weights *w, int32_t s, int timed)
+{
+    k3io_job *jb = &w->slot_job[s];
+    double t0 = k3_now();
+    int bad = k3io_wait(w->io, jb);
+    if (timed) {
+        double dt = k3_now() - t0;
+        w->st.wait_seconds += dt;
+        w->st.expert_wait_seconds += dt;
+    }
+    w->st.read_seconds += jb->seconds;
+    w->st.hash_seconds += jb->hash_seconds;
+    w->slot_fly[s] = 0;
+    for (int i = 0; i < w->n_fly; i++)
+        if (w->fly[i] == s) {
+            memmove(w->fly + i, w->fly + i + 1, (size_t)(w->n_fly - i - 1) * sizeof *w->fly);
+            w->n_fly--;
+            break;
+        }
+    if (bad) {                                                  /* never leave a damaged record cached */
+        forget_ahead(w, s);
+        drop_slot(w, s);
+    } else {
+        w->bytes_read += jb->size;
+        w->st.expert_bytes_read += jb->size;
+    }
+    return bad;
+}
+
+/* An acquire of `layer` begins: the reads ahead for other layers land (waiting if needed; they
+   were queued before the last acquire's misses, which have all been waited for, so they have
+   almost always landed). What stays flying is this layer's, so which slots can be victims
+   depends on the routing only, never on the disk's timing: the cache's contents, and the
+   counters, are the same in every run. */
+static void land_older(k3_weights *w, int layer)
+{
+    for (int i = w->n_fly - 1; i >= 0; i--)
+        if (w->slot_layer[w->fly[i]] != layer) land(w, w->fly[i], 1);
+}
+
 /* Wait for the reads of the current acquire that are still in flight (an error path, or a
    release before every expert was handed out). */
 static void drain(k3_weights *w)
@@ -253,15 +330,17 @@ static void drain(k3_weights *w)
         int32_t s = w->acq_slot[i];
         if (s < 0) continue;
         w->acq_slot[i] = -1;
+        if (w->acq_pf[i]) {                                     /* a hit read ahead */
+            w->acq_pf[i] = 0;
+            land(w, s, 0);
+            continue;
+        }
         w->st.expert_misses++;
         int bad = k3io_wait(w->io, &w->slot_job[s]);
         w->st.read_seconds += w->slot_job[s].seconds;
         w->st.hash_seconds += w->slot_job[s].hash_seconds;
-        if (bad) {                                              /* never leave a damaged record cached */
-            w->experts[w->slot_layer[s]].slot[w->slot_expert[s]] = -1;
-            w->slot_layer[s] = w->slot_expert[s] = -1;
-            w->slot_used[s] = 0;
-        } else {
+        if (bad) drop_slot(w, s);                              /* never leave a damaged record cached */
+        else {
             w->bytes_read += w->slot_job[s].size;
             w->st.expert_bytes_read += w->slot_job[s].size;
         }
@@ -283,7 +362,7 @@ static int32_t victim(k3_weights *w)
     uint64_t best_u = UINT64_MAX, best_t = UINT64_MAX;
     int32_t v = -1;
     for (uint64_t s = 0; s < w->n_slots; s++) {
-        if (w->slot_pin[s]) continue;
+        if (w->slot_pin[s] || w->slot_fly[s]) continue;        /* held, or a read ahead still landing */
         if (w->slot_layer[s] < 0) return (int32_t)s;
         uint64_t u = w->evict == K3_EVICT_LFU ? w->experts[w->slot_layer[s]].uses[w->slot_expert[s]] : 0;
         if (u < best_u || (u == best_u && w->slot_used[s] < best_t)) {
@@ -293,6 +372,36 @@ static int32_t victim(k3_weights *w)
         }
     }
     return v;
+}
+
+/* victim(), waiting for the oldest read ahead outside this acquire when every other slot is held. */
+static int32_t victim_wait(k3_weights *w)
+{
+    int32_t v = victim(w);
+    while (v < 0) {
+        int i = 0;
+        while (i < w->n_fly && w->slot_pin[w->fly[i]]) i++;
+        if (i == w->n_fly) return -1;
+        land(w, w->fly[i], 1);
+        v = victim(w);
+    }
+    return v;
+}
+
+/* Slot v gets expert e of layer (evicting what it held): pinned, its read job set up. */
+static uint8_t *take_slot(k3_weights *w, int32_t v, int layer, int32_t e)
+{
+    expert_layer *el = &w->experts[layer];
+    forget_ahead(w, v);
+    if (w->slot_layer[v] >= 0) w->experts[w->slot_layer[v]].slot[w->slot_expert[v]] = -1;
+    w->slot_layer[v] = layer;
+    w->slot_expert[v] = e;
+    w->slot_pin[v] = 1;
+    w->slot_used[v] = ++w->tick;
+    el->slot[e] = v;
+    uint8_t *dst = w->slots + (uint64_t)v * w->slot_bytes;
+    record_job(el, (uint64_t)e, dst, w->o.verify_reads, &w->slot_job[v]);
+    return dst;
 }
 
 k3_err k3w_experts_acquire(k3_weights *w, int layer, const int32_t *ids, const uint32_t *tokens, int n,
@@ -316,40 +425,41 @@ k3_err k3w_experts_acquire(k3_weights *w, int layer, const int32_t *ids, const u
     if ((uint64_t)n > w->n_slots)
         return k3_fail(d, K3_ERR_INTERNAL, "%d experts asked at once, the cache has %" PRIu64 " slots", n, w->n_slots);
     drain(w);
+    land_older(w, layer);
     memset(w->slot_pin, 0, w->n_slots * sizeof *w->slot_pin);
     for (int j = 0; j < n; j++) el->uses[ids[j]] += tokens ? tokens[ids[j]] : 1;   /* LFU: tokens served */
     int nh = 0;
-    for (int j = 0; j < n; j++) {                      /* hits first: pin them so no miss evicts them */
-        int32_t s = el->slot[ids[j]];
-        if (s < 0) continue;
-        w->slot_pin[s] = 1;
-        w->slot_used[s] = ++w->tick;
-        w->st.expert_hits++;
-        fill_expert(el, w->slots + (uint64_t)s * w->slot_bytes, &out[j]);
-        w->acq_slot[nh] = -1;
-        w->acq_order[nh++] = j;
-    }
-    w->acq_hits = nh;
+    for (int pass = 0; pass < 2; pass++)               /* hits first, those still landing after them; */
+        for (int j = 0; j < n; j++) {                  /* pinned, so no miss evicts them */
+            int32_t s = el->slot[ids[j]];
+            if (s < 0 || w->slot_fly[s] != pass) continue;
+            w->slot_pin[s] = 1;
+            w->slot_used[s] = ++w->tick;
+            w->st.expert_hits++;
+            if (w->slot_pf[s] == K3_PF_AHEAD) {        /* read ahead, asked for now */
+                w->slot_pf[s] = K3_PF_NONE;
+                w->st.prefetch_used++;
+                w->st.prefetch_pending--;
+            }
+            fill_expert(el, w->slots + (uint64_t)s * w->slot_bytes, &out[j]);
+            w->acq_slot[nh] = pass ? s : -1;
+            w->acq_pf[nh] = (uint8_t)pass;
+            w->acq_order[nh++] = j;
+        }
+    w->acq_hits = 0;
+    while (w->acq_hits < nh && !w->acq_pf[w->acq_hits]) w->acq_hits++;
     w->acq_n = nh;
     k3io_job *jobs[64];
     int nj = 0;
     for (int j = 0; j < n; j++) {                      /* a victim each (victim()) */
         if (el->slot[ids[j]] >= 0) continue;
-        int32_t v = victim(w);
+        int32_t v = victim_wait(w);
         if (v < 0) return k3_fail(d, K3_ERR_INTERNAL, "expert cache: no free slot");
-        if (w->slot_layer[v] >= 0) w->experts[w->slot_layer[v]].slot[w->slot_expert[v]] = -1;
-        w->slot_layer[v] = layer;
-        w->slot_expert[v] = ids[j];
-        w->slot_pin[v] = 1;
-        w->slot_used[v] = ++w->tick;
-        el->slot[ids[j]] = v;
-        uint8_t *dst = w->slots + (uint64_t)v * w->slot_bytes;
-        fill_expert(el, dst, &out[j]);
-        k3io_job *jb = &w->slot_job[v];
-        record_job(el, (uint64_t)ids[j], dst, w->o.verify_reads, jb);
+        fill_expert(el, take_slot(w, v, layer, ids[j]), &out[j]);
         w->acq_slot[w->acq_n] = v;
+        w->acq_pf[w->acq_n] = 0;
         w->acq_order[w->acq_n++] = j;
-        jobs[nj++] = jb;
+        jobs[nj++] = &w->slot_job[v];
         if (nj == 64) { k3io_submit(w->io, jobs, nj); nj = 0; }
     }
     if (nj) k3io_submit(w->io, jobs, nj);
@@ -362,11 +472,24 @@ k3_err k3w_experts_next(k3_weights *w, int *j, k3_diag *d)
     if (w->acq_next >= w->acq_n) return K3_OK;
     int i = w->acq_next++;
     int32_t s = w->o.expert_slots ? w->acq_slot[i] : -1;
-    if (s >= 0) {                                      /* a miss: wait for its read */
+    if (s >= 0 && w->acq_pf[i]) {                      /* a hit read ahead: wait for it to land */
+        w->acq_slot[i] = -1;
+        w->acq_pf[i] = 0;
+        k3io_job *jb = &w->slot_job[s];
+        if (land(w, s, 1)) {
+            int32_t e = w->acq_ids[w->acq_order[i]];
+            w->acq_next = w->acq_n;
+            drain(w);
+            return record_fail(&w->experts[w->acq_layer], (uint32_t)w->acq_layer, (uint64_t)e, jb->bad_hash,
+                               jb->why, d);
+        }
+    } else if (s >= 0) {                               /* a miss: wait for its read */
         k3io_job *jb = &w->slot_job[s];
         double t0 = k3_now();
         int bad = k3io_wait(w->io, jb);
-        w->st.wait_seconds += k3_now() - t0;
+        double dt = k3_now() - t0;
+        w->st.wait_seconds += dt;
+        w->st.expert_wait_seconds += dt;
         w->st.read_seconds += jb->seconds;
         w->st.hash_seconds += jb->hash_seconds;
         w->st.expert_misses++;
@@ -374,9 +497,7 @@ k3_err k3w_experts_next(k3_weights *w, int *j, k3_diag *d)
         expert_layer *el = &w->experts[w->acq_layer];
         int32_t e = w->acq_ids[w->acq_order[i]];
         if (bad) {
-            el->slot[e] = -1;                          /* never leave a damaged record cached */
-            w->slot_layer[s] = w->slot_expert[s] = -1;
-            w->slot_used[s] = 0;
+            drop_slot(w, s);                           /* never leave a damaged record cached */
             w->acq_next = w->acq_n;
             drain(w);
             return record_fail(el, (uint32_t)w->acq_layer, (uint64_t)e, jb->bad_hash, jb->why, d);
@@ -395,4 +516,60 @@ void k3w_experts_release(k3_weights *w, int layer)
     drain(w);
     w->acq_n = w->acq_next = w->acq_hits = 0;
     memset(w->slot_pin, 0, w->n_slots * sizeof *w->slot_pin);
+}
+
+/* ------------------------------------------------------------------------ */
+/* lookahead                                                                 */
+
+int k3w_lookahead(const k3_weights *w) { return w->n_slots > 0 && w->lookahead; }
+
+const k3_tensor *k3w_get_ahead(k3_weights *w, int layer, k3_wid id, k3_tensor *tmp)
+{
+    const k3_tensor *t = k3w_get(w, layer, id);
+    if (!t || t->mat.data) return t;                   /* absent, or in memory (resident, or current) */
+    int u = layer < 0 ? (int)w->n_layers : layer;
+    trunk_unit *un = &w->units[u];
+    int b = w->sb[0].unit == u ? 0 : w->sb[1].unit == u ? 1 : -1;
+    if (!un->streamed || b < 0) return NULL;           /* not read yet: k3w_layer_begin will */
+    uint32_t ti = (uint32_t)(t - w->tensors), k = 0;
+    while (k < un->n && un->ti[k] != ti) k++;
+    if (k == un->n) return NULL;
+    if (w->sb[b].pending) {                            /* the one tensor's read; layer_begin takes the rest */
+        double t0 = k3_now();
+        int bad = k3io_wait(w->io, &w->tjob[ti]);
+        w->st.wait_seconds += k3_now() - t0;
+        if (bad) return NULL;
+    }
+    *tmp = *t;
+    tmp->mat.data = w->sb[b].mem + un->pos[k];
+    return tmp;
+}
+
+int k3w_experts_prefetch(k3_weights *w, int layer, const int32_t *ids, int n)
+{
+    if (!k3w_lookahead(w) || w->acq_n || layer < 0 || layer >= (int)w->n_layers || !w->experts[layer].count)
+        return 0;
+    expert_layer *el = &w->experts[layer];
+    if ((uint64_t)n > w->n_slots / 2) n = (int)(w->n_slots / 2);
+    for (int j = 0; j < n; j++)                        /* the predicted ones cached stay */
+        if (ids[j] >= 0 && (uint64_t)ids[j] < el->count && el->slot[ids[j]] >= 0) w->slot_pin[el->slot[ids[j]]] = 1;
+    k3io_job *jobs[64];
+    int nj = 0, issued = 0;
+    for (int j = 0; j < n; j++) {
+        if (ids[j] < 0 || (uint64_t)ids[j] >= el->count || el->slot[ids[j]] >= 0) continue;
+        int32_t v = victim(w);                         /* never waits: no slot, no read ahead */
+        if (v < 0) break;
+        take_slot(w, v, layer, ids[j]);
+        w->slot_pf[v] = K3_PF_AHEAD;
+        w->slot_fly[v] = 1;
+        w->fly[w->n_fly++] = v;
+        jobs[nj++] = &w->slot_job[v];
+        issued++;
+        if (nj == 64) { k3io_submit(w->io, jobs, nj); nj = 0; }
+    }
+    if (nj) k3io_submit(w->io, jobs, nj);
+    memset(w->slot_pin, 0, w->n_slots * sizeof *w->slot_pin);
+    w->st.prefetch_issued += (uint64_t)issued;
+    w->st.prefetch_pending += (uint64_t)issued;
+    return issued;
 }

@@ -16,6 +16,9 @@
 
 enum { K3_EVICT_LRU, K3_EVICT_LFU };
 #define K3_EVICT_DEFAULT K3_EVICT_LFU
+/* How a cached record came (k3_weights.slot_pf): asked for by an acquire, or read ahead
+   (k3w_experts_prefetch) and not asked for yet. */
+enum { K3_PF_NONE, K3_PF_AHEAD };
 
 
 typedef struct expert_layer {
@@ -92,6 +95,13 @@ struct k3_weights {
     int acq_hits;
     const int32_t *acq_ids;
     k3_weights_stats st;
+    /* lookahead reads (k3w_experts_prefetch) */
+    int lookahead;            /* on: cache mode, and K3_LOOKAHEAD is not 0 */
+    uint8_t *slot_pf;         /* [n_slots] K3_PF_* of the record in each slot */
+    uint8_t *slot_fly;        /* [n_slots] 1: a read ahead into the slot is in flight, not waited for */
+    int32_t *fly;             /* [n_slots] those slots, in the order their reads were queued */
+    int n_fly;
+    uint8_t *acq_pf;          /* [max(n_slots, 1)] order[i] is a hit whose read ahead is still in flight */
 };
 
 /* The experts (weights_experts.c): read them all (no cache), or set up the cache's slots. */

@@ -128,6 +128,13 @@ void k3_runstats_print(const k3_runstats *r, FILE *f)
                 us[L] * 1e3);
     }
     free(us);
+    k3_weights_stats ws;                              /* lookahead reads (weights.h), the whole run */
+    k3w_stats(r->w, &ws);
+    if (ws.prefetch_issued)
+        fprintf(f, "k3run: lookahead reads: %llu issued, %llu used, %llu wasted, %llu not asked for yet; "
+                "waited %.3f s for expert reads\n", (unsigned long long)ws.prefetch_issued,
+                (unsigned long long)ws.prefetch_used, (unsigned long long)ws.prefetch_wasted,
+                (unsigned long long)ws.prefetch_pending, ws.expert_wait_seconds);
 }
 
 static json_t *step_json(const k3_step_stat *s)
@@ -151,6 +158,13 @@ json_t *k3_runstats_json(const k3_runstats *r)
     json_object_set_new(o, "prefill", step_json(&r->prefill));
     for (uint32_t i = 0; i < r->n; i++) json_array_append_new(a, step_json(&r->tok[i]));
     json_object_set_new(o, "tokens", a);
+    k3_weights_stats ws;                              /* lookahead reads (weights.h), the whole run */
+    k3w_stats(r->w, &ws);
+    json_object_set_new(o, "prefetch_issued", json_integer((json_int_t)ws.prefetch_issued));
+    json_object_set_new(o, "prefetch_used", json_integer((json_int_t)ws.prefetch_used));
+    json_object_set_new(o, "prefetch_wasted", json_integer((json_int_t)ws.prefetch_wasted));
+    json_object_set_new(o, "prefetch_pending", json_integer((json_int_t)ws.prefetch_pending));
+    json_object_set_new(o, "expert_wait_seconds", json_real(ws.expert_wait_seconds));
     double *us = malloc(r->n_units * sizeof *us);     /* [n_units] */
     if (us && decode_units(r, us)) {
         json_t *ua = json_array();
