@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "decode.h"
 #include "engine.h"
 #include "k3_error.h"
 #include "k3_file.h"
@@ -29,7 +30,7 @@ enum {
     OPT_MODEL = K3_OPT_USER, OPT_PROMPT, OPT_FILE, OPT_N, OPT_TEMP, OPT_TOPK, OPT_TOPP, OPT_MINP, OPT_REPEAT,
     OPT_SEED, OPT_THREADS, OPT_SPECIAL, OPT_STATS, OPT_JSON, OPT_TOKENIZE, OPT_DETOKENIZE, OPT_TOKENIZER,
     OPT_PROMPT_IDS, OPT_PRINT_IDS, OPT_NO_VERIFY_READS, OPT_VERIFY, OPT_CONTEXT, OPT_BATCH, OPT_DUMP, OPT_BUDGET,
-    OPT_PRESET, OPT_PERPLEXITY, OPT_CHUNKS, OPT_RENDER_CHAT
+    OPT_PRESET, OPT_PERPLEXITY, OPT_CHUNKS, OPT_RENDER_CHAT, OPT_DRAFT
 };
 
 static const k3_opt opts[] = {
@@ -50,6 +51,9 @@ static const k3_opt opts[] = {
     {OPT_BATCH, 'b', "batch", "N", "64", NULL, "prompt tokens per forward pass (each weight read once per batch)"},
     {OPT_BUDGET, 'B', "budget", "SIZE", "what the machine allows", "K3_BUDGET",
      "memory to use (8G, 512M, ...): the trunk, buffers and an expert cache of the rest"},
+    {OPT_DRAFT, 0, "draft", "N", K3_DRAFT_DEFAULT_STR, NULL,
+     "speculative decoding: verify up to N tokens drafted from the text itself per pass (0: off); "
+     "the output is the same"},
     {OPT_PRESET, 0, "preset", "NAME", NULL, NULL, "a named budget: laptop (8G), workstation (128G), server (224G)"},
     {OPT_SPECIAL, 0, "special", NULL, NULL, NULL, "recognise special-token text (<|open|> ...) in the prompt"},
     {OPT_PRINT_IDS, 0, "print-ids", NULL, NULL, NULL, "print the generated ids (one line) instead of text"},
@@ -316,6 +320,8 @@ int main(int argc, char **argv)
         (rc = k3_cli_u32(&a, OPT_CONTEXT, 4096, 1, 1u << 24, "context", &context)) ||
         (rc = k3_cli_u32(&a, OPT_BATCH, 64, 1, 4096, "batch", &batch)))
         return rc;
+    uint32_t draft;
+    if ((rc = k3_cli_u32(&a, OPT_DRAFT, K3_DRAFT_DEFAULT, 0, K3_DRAFT_MAX, "draft", &draft))) return rc;
     uint32_t chunks;
     if ((rc = k3_cli_u32(&a, OPT_CHUNKS, 0, 0, UINT32_MAX, "chunks", &chunks))) return rc;
     if (k3_opt_str(&a, OPT_CHUNKS) && !chunks) return k3_usage_error("--chunks must be at least 1 (got 0)");
@@ -370,7 +376,7 @@ int main(int argc, char **argv)
                       .prompt_file = ppl ? ppl : k3_opt_str(&a, OPT_FILE), .perplexity = ppl != NULL,
                       .ppl_chunks = chunks,
                       .prompt_source = psrc, .special = special, .n_predict = n_predict, .threads = threads,
-                      .context = context, .batch = batch, .sampler = so, .isa = isa, .budget = budget,
+                      .context = context, .batch = batch, .draft = draft, .sampler = so, .isa = isa, .budget = budget,
                       .verify = k3_opt_count(&a, OPT_VERIFY) > 0,
                       .verify_reads = !k3_opt_count(&a, OPT_NO_VERIFY_READS), .json = json, .stats = stats,
                       .print_ids = print_ids, .dump_path = k3_opt_str(&a, OPT_DUMP)};

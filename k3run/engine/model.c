@@ -141,6 +141,9 @@ k3_err k3_model_new(k3_weights *w, const k3_model_opts *o, k3_model **out, k3_di
     *out = NULL;
     if (o->max_batch < 1 || o->context < 1)
         return k3_fail(d, K3_ERR_USAGE, "batch and context must be at least 1");
+    if (o->max_verify > o->max_batch)
+        return k3_fail(d, K3_ERR_USAGE, "a verify pass of %u tokens does not fit a batch of %u (--batch)",
+                       o->max_verify, o->max_batch);
     k3_model *m = calloc(1, sizeof *m);
     if (!m) return k3_fail(d, K3_ERR_NOMEM, "out of memory");
     m->w = w;
@@ -168,7 +171,7 @@ static int alloc_buffers(k3_model *m)
     const k3_dims *z = &m->d;
     k3_model_shape sh;
     const k3_model_shape *s = &sh;
-    k3_model_sizes(z, m->o.max_batch, m->o.context, m->o.all_logits, &sh);
+    k3_model_sizes(z, m->o.max_batch, m->o.context, m->o.all_logits, m->o.max_verify, &sh);
     int fail = 0;
     m->mla_slot = balloc(m, s, K3B_MLA_SLOT, &fail);
     m->kda = calloc(z->L, sizeof *m->kda);
@@ -179,6 +182,7 @@ static int alloc_buffers(k3_model *m)
             m->mla_slot[i] = -1;
             m->kda[i].win = balloc(m, s, K3B_KDA_WIN, &fail);
             m->kda[i].S = balloc(m, s, K3B_KDA_S, &fail);
+            if (s->count[K3B_KDA_REC]) m->kda[i].rec = balloc(m, s, K3B_KDA_REC, &fail);
         } else {
             m->mla_slot[i] = (int32_t)slot++;
         }
@@ -221,6 +225,7 @@ static int alloc_buffers(k3_model *m)
         m->seen = balloc(m, s, K3B_SEEN, &fail);
     }
     m->logits = balloc(m, s, K3B_LOGITS, &fail);
+    if (s->count[K3B_KDA_WORK]) m->kda_work = balloc(m, s, K3B_KDA_WORK, &fail);
     assert(fail || m->bytes == s->total);         /* the planner budgeted exactly this */
     return fail;
 }
@@ -229,13 +234,13 @@ void k3_model_free(k3_model *m)
 {
     if (!m) return;
     if (m->kda)
-        for (uint32_t i = 0; i < m->d.L; i++) { free(m->kda[i].win); free(m->kda[i].S); }
+        for (uint32_t i = 0; i < m->d.L; i++) { free(m->kda[i].win); free(m->kda[i].S); free(m->kda[i].rec); }
     free(m->kda);
     void *bufs[] = {m->mla_slot, m->mla_c, m->mla_kr, m->h, m->a_in, m->x, m->att, m->m_in, m->f, m->blocks,
                     m->vec, m->vec2, m->t0, m->t1, m->t2, m->t3, m->t4, m->small, m->conv_w, m->convtmp, m->headtmp, m->headvec,
                     m->alog, m->mla_q, m->mla_s, m->mla_ol, m->g, m->u, m->logits_e, m->bias, m->sel, m->idx, m->wts,
                     m->xl, m->yl, m->Y, m->xe, m->ye, m->uniq, m->tok_of, m->slot_of, m->ex, m->seen,
-                    m->logits};
+                    m->logits, m->kda_work};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(m);
 }
@@ -244,6 +249,7 @@ void k3_model_reset(k3_model *m)
 {
     const k3_dims *z = &m->d;
     m->pos = 0;
+    m->open = 0;
     for (uint32_t i = 0; i < z->L; i++) {
         if (!m->kda[i].S) continue;
         memset(m->kda[i].win, 0, 3ull * z->C * (z->W - 1 ? z->W - 1 : 1) * sizeof(float));
@@ -264,6 +270,7 @@ uint32_t k3_model_vocab(const k3_model *m) { return m->d.V; }
 uint32_t k3_model_pos(const k3_model *m) { return m->pos; }
 uint32_t k3_model_context(const k3_model *m) { return m->o.context; }
 uint32_t k3_model_max_batch(const k3_model *m) { return m->o.max_batch; }
+uint32_t k3_model_max_verify(const k3_model *m) { return m->o.max_verify; }
 uint64_t k3_model_scratch_bytes(const k3_model *m) { return m->bytes; }
 
 /* ------------------------------------------------------------------------ */
@@ -316,12 +323,13 @@ static void dump(k3_model *m, const char *name, int layer, uint32_t T, uint32_t 
     if (m->o.dump) m->o.dump(m->o.dump_ctx, name, layer, T, width, f, ids);
 }
 
-k3_err k3_model_forward(k3_model *m, const int32_t *ids, uint32_t T, k3_diag *d)
+/* ids[0..T) through every layer and the head; all_rows: logits for every token. */
+static k3_err pass(k3_model *m, const int32_t *ids, uint32_t T, int all_rows, k3_diag *d)
 {
     const k3_dims *z = &m->d;
     const k3_config *c = m->cfg;
-    if (T == 0 || T > m->o.max_batch)
-        return k3_fail(d, K3_ERR_INTERNAL, "forward: %u tokens, batch holds %u", T, m->o.max_batch);
+    if (m->open)
+        return k3_fail(d, K3_ERR_INTERNAL, "forward with a verify pass of %u tokens not committed", m->open);
     if ((uint64_t)m->pos + T > m->o.context)
         return k3_fail(d, K3_ERR_USAGE, "the context is full (%u positions): use a larger --context",
                        m->o.context);
@@ -366,12 +374,43 @@ k3_err k3_model_forward(k3_model *m, const int32_t *ids, uint32_t T, k3_diag *d)
     if ((e = k3w_layer_begin(m->w, -1, d))) return e;          /* the head */
     if (z->block) { attnres(m, T, nb, m->h, -1, K3W_OUT_RES_NORM, K3W_OUT_RES_PROJ, m->a_in); fin = m->a_in; }
     dump(m, "final_hidden", -1, T, z->D, fin, NULL);
-    uint32_t first = m->o.all_logits ? 0 : T - 1, n = T - first;
+    uint32_t first = all_rows ? 0 : T - 1, n = T - first;
     norm_rows(m, k3w_get(m->w, -1, K3W_FINAL_NORM), fin + first * D, n, z->D, eps, m->x);
     k3_lin(m, k3w_get(m->w, -1, K3W_LM_HEAD), m->x, n, m->logits);
     dump(m, "logits", -1, n, z->V, m->logits, NULL);
     k3w_pass_end(m->w);
     m->n_logits = n;
-    m->pos += T;
+    return K3_OK;
+}
+
+k3_err k3_model_forward(k3_model *m, const int32_t *ids, uint32_t T, k3_diag *d)
+{
+    if (T == 0 || T > m->o.max_batch)
+        return k3_fail(d, K3_ERR_INTERNAL, "forward: %u tokens, batch holds %u", T, m->o.max_batch);
+    k3_err e = pass(m, ids, T, m->o.all_logits, d);
+    if (!e) m->pos += T;
+    return e;
+}
+
+k3_err k3_model_verify(k3_model *m, const int32_t *ids, uint32_t T, k3_diag *d)
+{
+    if (T == 0 || T > m->o.max_verify)
+        return k3_fail(d, K3_ERR_INTERNAL, "verify: %u tokens, the model was made for %u", T, m->o.max_verify);
+    m->verifying = 1;
+    k3_err e = pass(m, ids, T, 1, d);
+    m->verifying = 0;
+    if (!e) m->open = T;
+    return e;
+}
+
+k3_err k3_model_commit(k3_model *m, uint32_t n, k3_diag *d)
+{
+    uint32_t T = m->open;
+    if (n == 0 || n > T) return k3_fail(d, K3_ERR_INTERNAL, "commit of %u tokens of a verify pass of %u", n, T);
+    for (uint32_t i = 0; i < m->d.L; i++)
+        if (m->kda[i].S) k3_kda_commit(m, (int)i, n);
+    m->open = 0;
+    m->n_logits = n;
+    m->pos += n;
     return K3_OK;
 }

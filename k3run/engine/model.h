@@ -24,6 +24,7 @@ typedef struct k3_model_opts {
     uint32_t context;        /* positions the MLA latent cache holds */
     k3_isa isa;              /* kernel path */
     int all_logits;          /* compute logits for every token of a batch (dumps), not only the last */
+    uint32_t max_verify;     /* tokens of a verify pass (k3_model_verify), <= max_batch; 0: none */
     /* optional hook: every intermediate the reference dumps (attn_out, ffn_out, out per layer,
        final_hidden, logits as [T][width] fp32; experts / expert_weights as [T][k]) */
     void (*dump)(void *ctx, const char *name, int layer, uint32_t T, uint32_t width,
@@ -50,7 +51,24 @@ uint32_t k3_model_vocab(const k3_model *m);
 uint32_t k3_model_pos(const k3_model *m);
 uint32_t k3_model_context(const k3_model *m);
 uint32_t k3_model_max_batch(const k3_model *m);
+uint32_t k3_model_max_verify(const k3_model *m);
 uint64_t k3_model_scratch_bytes(const k3_model *m); /* buffers + states + cache */
+
+/*
+ * Verify (speculative decoding). k3_model_verify processes ids[0..T)
+ * (T <= max_verify) as forward would, with logits for every token, but
+ * leaves the position and the KDA states as they were and records what
+ * their update needs (per token and KDA layer: the conv inputs, k, v, the
+ * forget gate and beta). k3_model_commit(m, n) then keeps the first n
+ * tokens (1..T): the KDA updates of those n are replayed from the record in
+ * the order forward runs them, so the state is bit for bit what forward of
+ * ids[0..n) leaves, and no weight is read; the MLA cache needs nothing (rows
+ * past pos + n are simply not visible). Between the two, only
+ * k3_model_logits_row may be called. After the commit, k3_model_logits is
+ * row n - 1's.
+ */
+k3_err k3_model_verify(k3_model *m, const int32_t *ids, uint32_t T, k3_diag *d);
+k3_err k3_model_commit(k3_model *m, uint32_t n, k3_diag *d);
 
 /*
  * State (model_state.c). A position's state is the KDA conv windows and

@@ -28,8 +28,10 @@ static inline float bf16f(uint16_t h)
 }
 
 /* Depthwise causal conv + SiLU over T tokens of one projection, in place.
-   y: [T][C] pre-conv inputs -> outputs; win: [C][W-1] state; taps: [C][W]; tmp: [W-1+T]. */
-static void short_conv(float *y, float *win, const float *taps, uint32_t C, uint32_t W, uint32_t T, float *tmp)
+   y: [T][C] pre-conv inputs -> outputs; win: [C][W-1] state, moved past the T tokens unless
+   keep; taps: [C][W]; tmp: [W-1+T]. */
+static void short_conv(float *y, float *win, const float *taps, uint32_t C, uint32_t W, uint32_t T, int keep,
+                       float *tmp)
 {
     uint32_t h = W - 1;
     for (uint32_t c = 0; c < C; c++) {
@@ -41,8 +43,26 @@ static void short_conv(float *y, float *win, const float *taps, uint32_t C, uint
             for (uint32_t i = 1; i < W; i++) acc = acc + w[i] * tmp[t + i];
             y[(size_t)t * C + c] = k3_siluf(acc);
         }
-        for (uint32_t i = 0; i < h; i++) win[(size_t)c * h + i] = tmp[T + i];
+        if (!keep)
+            for (uint32_t i = 0; i < h; i++) win[(size_t)c * h + i] = tmp[T + i];
     }
+}
+
+/* One token's update of one head's state: S <- S * exp(g); u = beta (v - S^T k); S += k u^T.
+   S: [K][K]; g, k, v: [K]; ks: [K] scratch. The one copy of this arithmetic: a verify pass's
+   commit replays it on the same inputs, so its state is the same bits. */
+static void kda_step(float *S, const float *g, const float *k, const float *v, float beta, uint32_t K, float *ks)
+{
+    for (uint32_t a = 0; a < K; a++) {
+        float e = k3_expf(g[a]);
+        for (uint32_t b = 0; b < K; b++) S[a * K + b] = S[a * K + b] * e;
+    }
+    for (uint32_t b = 0; b < K; b++) ks[b] = 0.0f;
+    for (uint32_t a = 0; a < K; a++)
+        for (uint32_t b = 0; b < K; b++) ks[b] = ks[b] + k[a] * S[a * K + b];
+    for (uint32_t b = 0; b < K; b++) ks[b] = beta * (v[b] - ks[b]);       /* u */
+    for (uint32_t a = 0; a < K; a++)
+        for (uint32_t b = 0; b < K; b++) S[a * K + b] = S[a * K + b] + k[a] * ks[b];
 }
 
 k3_err k3_kda(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3_diag *d)
@@ -59,10 +79,15 @@ k3_err k3_kda(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3
     k3_lin(m, k3w_get(w, layer, K3W_KDA_V), x, T, v);
     float *proj[3] = {q, k, v};
     const k3_wid conv_id[3] = {K3W_KDA_QCONV, K3W_KDA_KCONV, K3W_KDA_VCONV};
+    uint32_t RW = KDA_REC(C, H);
+    float *rec = m->verifying ? st->rec : NULL;                      /* [T][RW] */
+    for (int j = 0; rec && j < 3; j++)
+        for (uint32_t t = 0; t < T; t++)
+            memcpy(rec + (size_t)t * RW + (size_t)(KDA_REC_PRE + j) * C, proj[j] + (size_t)t * C, C * sizeof(float));
     for (int j = 0; j < 3; j++) {
         float *taps = m->conv_w + (size_t)j * C * W;                   /* [C][W] */
         k3w_vec(k3w_get(w, layer, conv_id[j]), taps);
-        short_conv(proj[j], st->win + (size_t)j * C * (W - 1), taps, C, W, T, m->convtmp);
+        short_conv(proj[j], st->win + (size_t)j * C * (W - 1), taps, C, W, T, rec != NULL, m->convtmp);
     }
     /* L2 norm per head, then q * K^-0.5 (pitfall 5) */
     float qscale = (float)(1.0 / sqrt((double)K));
@@ -89,24 +114,28 @@ k3_err k3_kda(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3
     k3_lin(m, k3w_get(w, layer, K3W_KDA_B), x, T, beta);
     for (uint32_t i = 0; i < T * H; i++) beta[i] = k3_sigmoidf(beta[i]);
 
-    /* recurrence per head: S <- S * exp(g); u = beta (v - S^T k); S += k u^T; o = S^T q */
+    if (rec)
+        for (uint32_t t = 0; t < T; t++) {
+            float *r = rec + (size_t)t * RW;
+            memcpy(r + (size_t)KDA_REC_K * C, k + (size_t)t * C, C * sizeof(float));
+            memcpy(r + (size_t)KDA_REC_V * C, v + (size_t)t * C, C * sizeof(float));
+            memcpy(r + (size_t)KDA_REC_G * C, g + (size_t)t * C, C * sizeof(float));
+            memcpy(r + (size_t)KDA_REC_BETA * C, beta + (size_t)t * H, H * sizeof(float));
+        }
+
+    /* recurrence per head (kda_step), then o = S^T q; a verify pass runs it on a copy of S */
     K3_PFOR(1, for (uint32_t hh = 0; hh < H; hh++) {
         float *S = st->S + (size_t)hh * K * K;                       /* [K][V] */
-        float *ks = m->headtmp + (size_t)hh * 2 * K, *u = ks + K;    /* [K] each */
+        if (rec) {
+            float *Sw = m->kda_work + (size_t)hh * K * K;
+            memcpy(Sw, S, (size_t)K * K * sizeof(float));
+            S = Sw;
+        }
+        float *ks = m->headtmp + (size_t)hh * 2 * K;                 /* [K] */
         for (uint32_t t = 0; t < T; t++) {
             const float *gt = g + (size_t)t * C + hh * K, *kt = k + (size_t)t * C + hh * K;
             const float *qt = q + (size_t)t * C + hh * K, *vt = v + (size_t)t * C + hh * K;
-            float bt = beta[(size_t)t * H + hh];
-            for (uint32_t a = 0; a < K; a++) {
-                float e = k3_expf(gt[a]);
-                for (uint32_t b = 0; b < K; b++) S[a * K + b] = S[a * K + b] * e;
-            }
-            for (uint32_t b = 0; b < K; b++) ks[b] = 0.0f;
-            for (uint32_t a = 0; a < K; a++)
-                for (uint32_t b = 0; b < K; b++) ks[b] = ks[b] + kt[a] * S[a * K + b];
-            for (uint32_t b = 0; b < K; b++) u[b] = bt * (vt[b] - ks[b]);
-            for (uint32_t a = 0; a < K; a++)
-                for (uint32_t b = 0; b < K; b++) S[a * K + b] = S[a * K + b] + kt[a] * u[b];
+            kda_step(S, gt, kt, vt, beta[(size_t)t * H + hh], K, ks);
             float *ot = o + (size_t)t * C + hh * K;
             for (uint32_t b = 0; b < K; b++) ot[b] = 0.0f;
             for (uint32_t a = 0; a < K; a++)
@@ -133,6 +162,31 @@ k3_err k3_kda(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3
         }
     k3_lin(m, k3w_get(w, layer, K3W_KDA_O), o, T, out);
     return K3_OK;
+}
+
+void k3_kda_commit(k3_model *m, int layer, uint32_t n)
+{
+    const k3_dims *z = &m->d;
+    uint32_t C = z->C, H = z->H, K = z->K, h = z->W - 1, RW = KDA_REC(C, H);
+    kda_state *st = &m->kda[layer];
+    const float *rec = st->rec;                                       /* [T][RW] */
+    /* conv windows: the last W-1 of (window, pre-conv inputs of tokens 0..n) per channel */
+    for (uint32_t j = 0; j < 3 && h; j++)
+        for (uint32_t c = 0; c < C; c++) {
+            float *win = st->win + (size_t)j * C * h + (size_t)c * h;  /* [W-1] */
+            float *tmp = m->convtmp;                                  /* [W-1+T] */
+            for (uint32_t i = 0; i < h; i++) tmp[i] = win[i];
+            for (uint32_t t = 0; t < n; t++) tmp[h + t] = rec[(size_t)t * RW + (size_t)(KDA_REC_PRE + j) * C + c];
+            for (uint32_t i = 0; i < h; i++) win[i] = tmp[n + i];
+        }
+    K3_PFOR(1, for (uint32_t hh = 0; hh < H; hh++) {
+        float *S = st->S + (size_t)hh * K * K, *ks = m->headtmp + (size_t)hh * 2 * K;
+        for (uint32_t t = 0; t < n; t++) {
+            const float *r = rec + (size_t)t * RW;
+            kda_step(S, r + (size_t)KDA_REC_G * C + hh * K, r + (size_t)KDA_REC_K * C + hh * K,
+                     r + (size_t)KDA_REC_V * C + hh * K, r[(size_t)KDA_REC_BETA * C + hh], K, ks);
+        }
+    });
 }
 
 k3_err k3_mla(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3_diag *d)

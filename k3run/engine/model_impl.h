@@ -14,7 +14,13 @@
 typedef struct kda_state {
     float *win;                   /* [3][C][W-1] last pre-conv q, k, v inputs, oldest first */
     float *S;                     /* [H][K][V=K] recurrent state */
+    float *rec;                   /* [max_verify][KDA_REC(C, H)] a verify pass's update inputs (or NULL):
+                                     pre-conv q, k, v [3][C], then k, v, g [3][C], beta [H] */
 } kda_state;
+
+/* Floats per token of a KDA layer's verify record, and where each part starts in it. */
+#define KDA_REC(C, H) (6u * (C) + (H))
+enum { KDA_REC_PRE = 0, KDA_REC_K = 3, KDA_REC_V = 4, KDA_REC_G = 5, KDA_REC_BETA = 6 };   /* x C */
 
 struct k3_model {
     k3_weights *w;
@@ -22,6 +28,9 @@ struct k3_model {
     k3_model_opts o;
     k3_dims d;
     uint32_t pos;
+    uint32_t open;                /* tokens of a verify pass not yet committed (0: none) */
+    int verifying;                /* inside k3_model_verify: KDA layers record, their states stay */
+    float *kda_work;              /* [H][K][K] a verify pass's working copy of one layer's S (or NULL) */
     int32_t *mla_slot;            /* [L] index of a layer's MLA cache, -1 for KDA layers */
     kda_state *kda;               /* [L] (NULL buffers for MLA layers) */
     float *mla_c;                 /* [n_mla][context][R] normed latents */
@@ -74,6 +83,8 @@ void k3_glu(const k3_config *c, float *g, const float *u, uint32_t n);   /* g <-
 
 /* Layers (model_attn.c, model_ffn.c): x [T][D] normed input -> out [T][D]. */
 k3_err k3_kda(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3_diag *d);
+/* Keep the first n tokens of the verify pass recorded in KDA layer `layer` (model.h "Verify"). */
+void k3_kda_commit(k3_model *m, int layer, uint32_t n);
 k3_err k3_mla(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3_diag *d);
 k3_err k3_dense(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3_diag *d);
 k3_err k3_moe(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3_diag *d);

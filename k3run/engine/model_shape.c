@@ -50,7 +50,8 @@ static void buf(k3_model_shape *s, k3_buf b, uint64_t elems, uint64_t esz, uint3
     s->total += n * count;
 }
 
-void k3_model_sizes(const k3_dims *z, uint32_t batch, uint32_t context, int all_logits, k3_model_shape *s)
+void k3_model_sizes(const k3_dims *z, uint32_t batch, uint32_t context, int all_logits, uint32_t verify,
+                    k3_model_shape *s)
 {
     memset(s, 0, sizeof *s);
     s->d = *z;
@@ -102,18 +103,27 @@ void k3_model_sizes(const k3_dims *z, uint32_t batch, uint32_t context, int all_
     buf(s, K3B_SLOT_OF, nk, 4, moe);
     buf(s, K3B_EX, nu, sizeof(k3_expert), moe);
     buf(s, K3B_SEEN, z->E, 4, moe);
-    buf(s, K3B_LOGITS, (all_logits ? B : 1) * (uint64_t)z->V, 4, 1);
+    uint64_t rows = all_logits ? B : 1;
+    if (verify > rows) rows = verify;
+    buf(s, K3B_LOGITS, rows * (uint64_t)z->V, 4, 1);
+    /* a verify pass leaves the KDA states as they were and records what their update needs
+       (model_attn.c): per KDA layer [verify][6C + H], and one layer's working copy [H][K][K] */
+    uint32_t vk = verify && n_kda ? 1 : 0;
+    buf(s, K3B_KDA_REC, (uint64_t)verify * (6ull * z->C + z->H), 4, vk ? n_kda : 0);
+    buf(s, K3B_KDA_WORK, (uint64_t)z->H * z->K * z->K, 4, vk);
+    s->verify_bytes = vk ? s->bytes[K3B_KDA_REC] * n_kda + s->bytes[K3B_KDA_WORK] : 0;
+    if (verify > 1) s->verify_bytes += (rows - (all_logits ? B : 1)) * (uint64_t)z->V * 4;
 
     s->kda_bytes = n_kda * (3ull * z->C * (z->W - 1 ? z->W - 1 : 1) + (uint64_t)z->H * z->K * z->K) * sizeof(float);
     s->mla_bytes = (uint64_t)z->n_mla * context * (z->R + z->dr) * sizeof(float);
 }
 
 k3_err k3_model_shape_from_config(const k3_config *c, uint32_t batch, uint32_t context, int all_logits,
-                                  k3_model_shape *s, k3_diag *d)
+                                  uint32_t verify, k3_model_shape *s, k3_diag *d)
 {
     k3_dims z;
     k3_err e = k3_model_dims(c, &z, d);
     if (e) return e;
-    k3_model_sizes(&z, batch, context, all_logits, s);
+    k3_model_sizes(&z, batch, context, all_logits, verify, s);
     return K3_OK;
 }

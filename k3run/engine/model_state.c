@@ -94,6 +94,7 @@ k3_err k3_model_snap_restore(k3_model *m, const k3_model_snap *s, k3_diag *d)
     memcpy(m->logits, p, (size_t)z->V * sizeof(float));
     m->n_logits = 1;
     m->pos = s->pos;
+    m->open = 0;
     return K3_OK;
 }
 
@@ -136,5 +137,6 @@ k3_err k3_model_state_set_pos(k3_model *m, uint32_t pos, k3_diag *d)
         return k3_fail(d, K3_ERR_USAGE, "position %u is beyond the context of %u (--context)", pos, m->o.context);
     m->pos = pos;
     m->n_logits = 1;
+    m->open = 0;
     return K3_OK;
 }

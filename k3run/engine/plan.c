@@ -300,19 +300,22 @@ k3_err k3_plan_make(const k3_config *c, const k3_geometry *g, uint64_t budget, u
 k3_err k3_plan_for(const k3_config *c, const k3_geometry *g, uint64_t budget, uint32_t context, uint32_t batch,
                    int all_logits, k3_plan *p, k3_diag *d)
 {
-    return k3_plan_with_snapshots(c, g, budget, context, batch, all_logits, 0, p, d);
+    return k3_plan_with_snapshots(c, g, budget, context, batch, all_logits, 0, 0, p, d);
 }
 
 k3_err k3_plan_with_snapshots(const k3_config *c, const k3_geometry *g, uint64_t budget, uint32_t context,
-                              uint32_t batch, int all_logits, uint32_t snapshots, k3_plan *p, k3_diag *d)
+                              uint32_t batch, int all_logits, uint32_t snapshots, uint32_t verify, k3_plan *p,
+                              k3_diag *d)
 {
     k3_model_shape s;
-    k3_err e = k3_model_shape_from_config(c, batch, context, all_logits, &s, d);
+    k3_err e = k3_model_shape_from_config(c, batch, context, all_logits, verify, &s, d);
     if (e) return e;
     uint64_t one = s.kda_bytes + (uint64_t)s.d.V * sizeof(float);   /* = k3_model_snap_bytes */
     e = k3_plan_make(c, g, budget, context, batch, s.total + snapshots * one, s.kda_bytes, s.mla_bytes, p, d);
     p->n_snapshots = snapshots;
     p->snapshot_bytes = one;
+    p->verify_tokens = verify;
+    p->verify_bytes = s.verify_bytes;
     return e;
 }
 

@@ -68,6 +68,8 @@ typedef struct k3_plan {
     uint64_t margin;
     uint32_t n_snapshots;        /* state snapshots kept (chat's prompt cache), counted in buffers */
     uint64_t snapshot_bytes;     /* one of them: the KDA state and a logits row (k3_model_snap_bytes) */
+    uint32_t verify_tokens;      /* tokens of a speculative verify pass (1 + drafted), 0: no speculation */
+    uint64_t verify_bytes;       /* what its buffers add, counted in buffers (model_shape.h) */
     uint32_t n_units;            /* = geometry n_units */
     uint8_t unit_streamed[K3_MAX_LAYERS + 1];  /* [n_units] 1: read every token through the stream buffers */
     uint32_t n_streamed;
@@ -96,9 +98,11 @@ k3_err k3_plan_make(const k3_config *c, const k3_geometry *g, uint64_t budget, u
 k3_err k3_plan_for(const k3_config *c, const k3_geometry *g, uint64_t budget, uint32_t context, uint32_t batch,
                    int all_logits, k3_plan *p, k3_diag *d);
 
-/* k3_plan_for with room for `snapshots` state snapshots (model.h) in the buffers. */
+/* k3_plan_for with room for `snapshots` state snapshots (model.h) and for verify passes of
+   `verify` tokens (speculative decoding, 0 = none) in the buffers. */
 k3_err k3_plan_with_snapshots(const k3_config *c, const k3_geometry *g, uint64_t budget, uint32_t context,
-                              uint32_t batch, int all_logits, uint32_t snapshots, k3_plan *p, k3_diag *d);
+                              uint32_t batch, int all_logits, uint32_t snapshots, uint32_t verify, k3_plan *p,
+                              k3_diag *d);
 
 /* The memory this process may use: MemAvailable and the cgroup limit (v1 or v2), whichever is
    smaller; 0 if unknown. *source names where it came from. */

@@ -10,6 +10,7 @@
 #include <jansson.h>
 
 #include "chat_parse.h"
+#include "decode.h"
 #include "chat_render.h"
 #include "k3_sys.h"
 #include "k3_utf8.h"
@@ -26,7 +27,15 @@ struct k3_chat {
     k3_model_snap *snap[MAX_SNAPS];/* [n_snaps] oldest first */
     uint32_t n_snaps, max_snaps;
     int32_t open_id, close_id, sep_id;
+    uint32_t max_draft;            /* speculative decoding (decode.h), 0: off */
+    k3_dec_learn learn;            /* the draft-length rule's state, across turns */
 };
+
+void k3_chat_set_draft(k3_chat *c, uint32_t max_draft, double rho)
+{
+    c->max_draft = max_draft;
+    c->learn = (k3_dec_learn){.rho_plan = rho};
+}
 
 k3_err k3_chat_new(k3_model *m, const k3_tok *tok, const k3_sampler_opts *so, uint32_t snapshots, k3_chat **out,
                    k3_diag *d)
@@ -37,7 +46,7 @@ k3_err k3_chat_new(k3_model *m, const k3_tok *tok, const k3_sampler_opts *so, ui
     c->m = m;
     c->tok = tok;
     c->max_snaps = snapshots < MAX_SNAPS ? snapshots : MAX_SNAPS;
-    c->cap = k3_model_context(m);
+    c->cap = k3_model_context(m) + 1;               /* the context and an answer's last, unfed token */
     c->open_id = k3_tok_special_id(tok, "<|open|>");
     c->close_id = k3_tok_special_id(tok, "<|close|>");
     c->sep_id = k3_tok_special_id(tok, "<|sep|>");
@@ -300,6 +309,8 @@ k3_err k3_chat_turn(k3_chat *c, const char *request, size_t len, const k3_chat_o
     }
     double tg = k3_now();
     int ended = 0, interrupted = 0;
+    k3_decoder dc;
+    k3_dec_init(&dc, c->m, &c->s, c->held, k3_model_pos(c->m), c->cap, c->max_draft, &c->learn);
     while (st->completion_tokens < o->n_predict) {
         if (stop && *stop) { interrupted = 1; break; }
         if (o->think_budget && k3_chat_parser_in_think(&p) && st->reasoning_tokens >= o->think_budget &&
@@ -308,11 +319,13 @@ k3_err k3_chat_turn(k3_chat *c, const char *request, size_t len, const k3_chat_o
             for (uint32_t i = 0; i < n_forced; i++) k3_chat_parser_feed(&p, forced[i], &cb);
             st->completion_tokens += n_forced;
             st->think_closed = 1;
+            if ((e = k3_dec_settle(&dc, d))) break;               /* the answer so far, then the forced ids */
             if ((e = feed(c, forced, n_forced, d))) break;
+            k3_dec_fed(&dc, k3_model_pos(c->m));
             continue;
         }
-        int32_t id = k3_sampler_next(&c->s, k3_model_logits(c->m));
-        k3_sampler_accept(&c->s, id);
+        int32_t id;
+        if ((e = k3_dec_next(&dc, o->n_predict - st->completion_tokens, &id, d))) break;
         if (st->completion_tokens == 0) st->t_first = k3_now() - t0;
         if (k3_chat_parser_in_think(&p)) st->reasoning_tokens++;
         st->completion_tokens++;
@@ -321,9 +334,10 @@ k3_err k3_chat_turn(k3_chat *c, const char *request, size_t len, const k3_chat_o
         if (r) { ended = 1; break; }
         if (t.stopped) break;
         if (st->completion_tokens == o->n_predict) break;   /* no pass for a token nothing follows */
-        if (k3_model_pos(c->m) + 1 >= ctx) break;           /* the context is full: the answer ends here */
-        if ((e = feed(c, &id, 1, d))) break;
+        if (k3_dec_pos(&dc) + 1 >= ctx) break;              /* the context is full: the answer ends here */
     }
+    if (!e) e = k3_dec_finish(&dc, d);                      /* the model holds the answer but its last id */
+    st->dec = dc.stats;
     k3_chat_parser_finish(&p, &cb);
     if (!t.stopped) k3_stopstr_finish(&t.stop, emit_content, &t);
     st->t_gen = k3_now() - tg;

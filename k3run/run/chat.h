@@ -20,6 +20,7 @@
 #include <signal.h>
 #include <stdint.h>
 
+#include "decode.h"
 #include "engine.h"
 #include "text.h"
 
@@ -39,6 +40,7 @@ typedef struct k3_chat_stats {
     double t_prompt, t_gen;        /* processing the prompt; generating */
     const char *finish;            /* "stop", "length", "tool_calls", "interrupted" */
     int think_closed;              /* the think budget closed the think channel */
+    k3_dec_stats dec;              /* the answer's passes, drafted and accepted tokens (decode.h) */
 } k3_chat_stats;
 
 /* What a turn streams. text: new answer bytes of a channel (reasoning 0, content 1), raw
@@ -54,6 +56,9 @@ typedef struct k3_chat k3_chat;
 k3_err k3_chat_new(k3_model *m, const k3_tok *tok, const k3_sampler_opts *so, uint32_t snapshots, k3_chat **out,
                    k3_diag *d);
 void k3_chat_free(k3_chat *c);
+/* Speculative decoding for the answers (decode.h): at most max_draft drafted tokens per pass
+   (0: off, the default), the draft-length rule's rho (k3_dec_rho). */
+void k3_chat_set_draft(k3_chat *c, uint32_t max_draft, double rho);
 /* Forget everything the model holds (a new conversation). */
 void k3_chat_reset(k3_chat *c);
 

@@ -123,6 +123,11 @@ static void print_json(const chat_app *app, json_t *msg)
     json_object_set_new(k3, "prompt_seconds", json_real(st->t_prompt));
     json_object_set_new(k3, "generate_seconds", json_real(st->t_gen));
     json_object_set_new(k3, "think_budget_closed", json_boolean(st->think_closed));
+    json_object_set_new(k3, "passes", json_integer((json_int_t)st->dec.passes));
+    json_object_set_new(k3, "drafted", json_integer((json_int_t)st->dec.drafted));
+    json_object_set_new(k3, "accepted", json_integer((json_int_t)st->dec.accepted));
+    json_object_set_new(k3, "tokens_per_pass",
+                        json_real(st->dec.passes ? (double)st->dec.tokens / (double)st->dec.passes : 0.0));
     json_object_set_new(k3, "load_seconds", json_real(app->t_load));
     json_object_set_new(k3, "bytes_read", json_integer((json_int_t)ws.bytes_read));
     json_object_set_new(k3, "expert_hits", json_integer((json_int_t)ws.expert_hits));
@@ -147,6 +152,10 @@ void k3_chat_print_stats(const chat_app *app, FILE *f)
             s->t_prompt, s->t_first, s->completion_tokens, s->reasoning_tokens, s->t_gen,
             s->t_gen > 0 ? s->completion_tokens / s->t_gen : 0.0, s->finish,
             s->think_closed ? " (think budget closed the reasoning)" : "");
+    if (s->dec.verify_passes || app->ld.plan.verify_tokens)
+        fprintf(f, "speculative decoding: %llu passes (%.2f tokens per pass); %llu drafted, %llu accepted\n",
+                (unsigned long long)s->dec.passes, s->dec.passes ? (double)s->dec.tokens / (double)s->dec.passes : 0.0,
+                (unsigned long long)s->dec.drafted, (unsigned long long)s->dec.accepted);
     uint32_t held;
     k3_chat_held(app->chat, &held);
     fprintf(f, "conversation: %llu turns, %llu prompt tokens of which %llu cached, %llu generated; the model "
@@ -343,6 +352,8 @@ int k3_chat_start(chat_app *app)
     if ((e = k3_load_plan(&app->lo, &app->ld, &usage, &d))) return usage ? k3_usage_error("%s", d.msg) : fail(e, &d);
     if ((e = k3_load_model(&app->lo, &app->ld, &d))) return fail(e, &d);
     if ((e = k3_chat_new(app->ld.m, app->tok, &app->so, app->lo.snapshots, &app->chat, &d))) return fail(e, &d);
+    k3_chat_set_draft(app->chat, app->ld.plan.verify_tokens ? app->ld.plan.verify_tokens - 1 : 0,
+                      k3_dec_rho(&app->ld.plan, app->ld.geo));
     app->t_load = k3_now() - t0 - app->ld.t_verify;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);

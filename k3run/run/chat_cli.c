@@ -23,7 +23,7 @@
 enum {
     OPT_MODEL = K3_OPT_USER, OPT_SYSTEM, OPT_THINK, OPT_EFFORT, OPT_HIDE, OPT_PROMPT, OPT_MESSAGES, OPT_JSON,
     OPT_STOP, OPT_THINK_BUDGET, OPT_N, OPT_CONTEXT, OPT_BATCH, OPT_BUDGET, OPT_PRESET, OPT_THREADS, OPT_TEMP,
-    OPT_TOPK, OPT_TOPP, OPT_MINP, OPT_REPEAT, OPT_SEED, OPT_SAVE, OPT_LOAD, OPT_SNAPSHOTS, OPT_STATS,
+    OPT_TOPK, OPT_TOPP, OPT_MINP, OPT_REPEAT, OPT_SEED, OPT_SAVE, OPT_LOAD, OPT_SNAPSHOTS, OPT_DRAFT, OPT_STATS,
     OPT_NO_VERIFY_READS, OPT_VERIFY
 };
 
@@ -56,6 +56,8 @@ static const k3_opt opts[] = {
     {OPT_LOAD, 0, "load-session", "FILE", NULL, NULL, "start from a saved session (its conversation and state)"},
     {OPT_SNAPSHOTS, 0, "snapshots", "N", "2", NULL,
      "state snapshots kept to go back to an earlier turn (each: the KDA state)"},
+    {OPT_DRAFT, 0, "draft", "N", K3_DRAFT_DEFAULT_STR, NULL,
+     "speculative decoding: verify up to N tokens drafted from the conversation per pass (0: off); same answers"},
     {OPT_STATS, 0, "stats", NULL, NULL, NULL, "each turn's tokens (cached, new, generated) and timings on stderr"},
     {OPT_NO_VERIFY_READS, 0, "no-verify-reads", NULL, NULL, NULL, "do not check each tensor's XXH3-64 as it is read"},
     {OPT_VERIFY, 0, "verify", NULL, NULL, NULL, "run k3verify's full check of the pack before loading it"},
@@ -168,13 +170,14 @@ static int k3_chat_configure(chat_app *app, const k3_args *a)
         snprintf(app->effort, sizeof app->effort, "%s", e);
     }
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    uint32_t threads, topk;
+    uint32_t threads, topk, draft;
     if ((rc = k3_cli_u32(a, OPT_N, 1024, 1, 1u << 30, "n-predict", &app->co.n_predict)) ||
         (rc = k3_cli_u32(a, OPT_THINK_BUDGET, 0, 0, 1u << 30, "think-budget", &app->co.think_budget)) ||
         (rc = k3_cli_u32(a, OPT_THREADS, ncpu > 0 ? (uint64_t)ncpu : 1, 1, 1024, "threads", &threads)) ||
         (rc = k3_cli_u32(a, OPT_CONTEXT, 4096, 16, 1u << 24, "context", &app->lo.context)) ||
         (rc = k3_cli_u32(a, OPT_BATCH, 64, 1, 4096, "batch", &app->lo.batch)) ||
         (rc = k3_cli_u32(a, OPT_SNAPSHOTS, 2, 0, 64, "snapshots", &app->lo.snapshots)) ||
+        (rc = k3_cli_u32(a, OPT_DRAFT, K3_DRAFT_DEFAULT, 0, K3_DRAFT_MAX, "draft", &draft)) ||
         (rc = k3_cli_u32(a, OPT_TOPK, 0, 0, UINT32_MAX, "top-k", &topk)) ||
         (rc = k3_cli_float(a, OPT_TEMP, 0.0f, "temp", &app->so.temp)) ||
         (rc = k3_cli_float(a, OPT_TOPP, 1.0f, "top-p", &app->so.top_p)) ||
@@ -194,6 +197,8 @@ static int k3_chat_configure(chat_app *app, const k3_args *a)
     app->lo.verify = k3_opt_count(a, OPT_VERIFY) > 0;
     app->lo.verify_reads = !k3_opt_count(a, OPT_NO_VERIFY_READS);
     app->lo.report = app->stats;
+    app->lo.spec_tokens = draft && draft + 1 <= app->lo.batch ? draft + 1 : draft ? app->lo.batch : 0;
+    if (app->lo.spec_tokens < 2) app->lo.spec_tokens = 0;
     if (k3_cli_check_pack(app->pack, &d)) { k3_error("%s", d.msg); return K3_EXIT_IO; }
     char tik[4200];
     if (!k3_cli_has_tokenizer(app->pack, tik, sizeof tik))

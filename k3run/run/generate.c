@@ -1,6 +1,7 @@
 /* generate.c - see generate.h. */
 #include "generate.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "k3_sys.h"
@@ -81,6 +82,11 @@ k3_err k3_generate(k3_model *m, const k3_tok *tok, const int32_t *prompt, uint32
     k3_sampler smp;
     k3_err e = k3_sampler_init(&smp, &o->sampler, k3_model_vocab(m), d);
     if (e) return e;
+    int32_t *hist = malloc(((size_t)k3_model_context(m) + 1) * sizeof *hist);   /* [context + 1] */
+    if (!hist) {
+        k3_sampler_free(&smp);
+        return k3_fail(d, K3_ERR_NOMEM, "out of memory");
+    }
     k3_model_reset(m);
     k3_utf8_out w = {.f = out};
     double t0 = k3_now();
@@ -92,17 +98,21 @@ k3_err k3_generate(k3_model *m, const k3_tok *tok, const int32_t *prompt, uint32
         if (stop && *stop) break;
     }
     for (uint32_t i = 0; i < n_prompt; i++) k3_sampler_accept(&smp, prompt[i]);
+    memcpy(hist, prompt, n_prompt * sizeof *hist);
+    k3_decoder dc;
+    k3_dec_learn learn = {.rho_plan = o->rho};
+    k3_dec_init(&dc, m, &smp, hist, n_prompt, k3_model_context(m) + 1, o->max_draft, &learn);
     double t1 = k3_now();
     st->t_prompt = t1 - t0;
     if (o->on_step && !e) o->on_step(o->step_ctx, -1);
     while (!e && st->n_gen < o->n_predict && !(stop && *stop)) {
         double ts = k3_now();
-        int32_t id = k3_sampler_next(&smp, k3_model_logits(m));
+        int32_t id;
+        if ((e = k3_dec_next(&dc, o->n_predict - st->n_gen, &id, d))) break;
         gen[st->n_gen++] = id;
-        k3_sampler_accept(&smp, id);
+        if (st->t_tok) st->t_tok[st->n_gen - 1] = k3_now() - ts;
         if (id == o->eos) {
             st->stopped_eos = 1;
-            if (st->t_tok) st->t_tok[st->n_gen - 1] = k3_now() - ts;
             if (o->on_step) o->on_step(o->step_ctx, st->n_gen - 1);
             break;
         }
@@ -111,10 +121,11 @@ k3_err k3_generate(k3_model *m, const k3_tok *tok, const int32_t *prompt, uint32
             const uint8_t *b = k3_tok_bytes(tok, id, &len);
             if (b) k3_utf8_out_put(&w, b, len);
         }
-        if (st->n_gen < o->n_predict && !(stop && *stop)) e = k3_model_forward(m, &id, 1, d);
-        if (st->t_tok) st->t_tok[st->n_gen - 1] = k3_now() - ts;
-        if (o->on_step && !e) o->on_step(o->step_ctx, st->n_gen - 1);
+        if (o->on_step) o->on_step(o->step_ctx, st->n_gen - 1);
     }
+    if (!e) e = k3_dec_finish(&dc, d);
+    st->dec = dc.stats;
+    free(hist);
     st->t_gen = k3_now() - t1;
     if (stop && *stop) st->interrupted = 1;
     if (o->print_ids) {

@@ -1,6 +1,7 @@
 /*
  * generate.h - the generation loop: prefill the prompt in batches, then
- * sample, stream and feed back one token at a time; stop at N tokens, at the
+ * sample, stream and feed back one token at a time (or verify drafts: the
+ * same tokens, decode.h); stop at N tokens, at the
  * config's end-of-message token, or when *stop becomes nonzero (Ctrl-C).
  */
 #ifndef K3_GENERATE_H
@@ -10,6 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "decode.h"
 #include "engine.h"
 #include "text.h"
 
@@ -30,6 +32,8 @@ typedef struct k3_gen_opts {
     int print_ids;            /* write generated ids (one line) instead of text */
     int64_t eos;              /* stop token (not printed as text), -1 = none */
     k3_sampler_opts sampler;
+    uint32_t max_draft;       /* speculative decoding: drafted tokens per pass at most (0: off; decode.h) */
+    double rho;               /* the draft-length rule's first rho (k3_dec_rho) */
     void (*on_step)(void *ctx, int64_t index);   /* after the prompt (-1) and each token (or NULL) */
     void *step_ctx;
 } k3_gen_opts;
@@ -39,6 +43,7 @@ typedef struct k3_gen_stats {
     double t_prompt, t_gen;   /* seconds: prefill (to the first token's logits), the rest */
     double *t_tok;            /* [n_predict] seconds of each generated token (caller's buffer or NULL) */
     int stopped_eos, interrupted;
+    k3_dec_stats dec;         /* passes, drafted and accepted tokens */
 } k3_gen_stats;
 
 /* out: text or ids; gen: [n_predict] generated ids (caller's buffer). */

@@ -68,11 +68,18 @@ k3_err k3_load_plan(const k3_load_opts *o, k3_loaded *l, int *usage, k3_diag *d)
     e = k3_weights_open(o->pack, &l->w, d);         /* the manifest and config only */
     if (!e) e = k3_geometry_from_manifest(k3w_manifest(l->w), k3w_config(l->w), &geo, d);
     if (!e) e = k3_plan_with_snapshots(k3w_config(l->w), &geo, budget, o->context, o->batch, o->all_logits,
-                                       o->snapshots, &l->plan, d);
+                                       o->snapshots, o->spec_tokens, &l->plan, d);
+    if (e == K3_ERR_USAGE && o->spec_tokens) {      /* speculation only changes the speed: never refuse for it */
+        e = k3_plan_with_snapshots(k3w_config(l->w), &geo, budget, o->context, o->batch, o->all_logits,
+                                   o->snapshots, 0, &l->plan, d);     /* (a refusal states the true minimum) */
+        if (!e && k3_log_level() >= 1)
+            fprintf(stderr, "%s: no speculative decoding: the budget has no room for its buffers\n", k3_log_prog());
+    }
     if (e) {
         *usage = e == K3_ERR_USAGE;
         return e;
     }
+    l->geo = &geo;
     const k3_plan *p = &l->plan;
     if (o->report || k3_log_level() >= 2)
         fprintf(stderr, "%s: plan for %.2f GiB: %.2f GiB resident (trunk %.2f, %u units streamed through "
@@ -93,7 +100,7 @@ k3_err k3_load_model(const k3_load_opts *o, k3_loaded *l, k3_diag *d)
     k3_err e = k3_weights_load(l->w, &l->wo, d);
     if (e) return e;
     k3_model_opts mo = {.max_batch = o->batch, .context = o->context, .isa = o->isa, .all_logits = o->all_logits,
-                        .dump = o->dump, .dump_ctx = o->dump_ctx};
+                        .max_verify = p->verify_tokens, .dump = o->dump, .dump_ctx = o->dump_ctx};
     return k3_model_new(l->w, &mo, &l->m, d);
 }
 

@@ -165,6 +165,8 @@ checked:
     k3_load_opts lo = {.pack = o->pack, .budget = o->budget, .context = o->context, .batch = o->batch,
                        .all_logits = o->dump_path != NULL || o->perplexity, .verify = o->verify,
                        .verify_reads = o->verify_reads, .report = o->stats, .isa = o->isa};
+    if (o->draft && !lo.all_logits) lo.spec_tokens = o->draft + 1 < o->batch ? o->draft + 1 : o->batch;
+    if (lo.spec_tokens < 2) lo.spec_tokens = 0;
     k3_loaded ld = {0};
     int usage = 0;
     e = k3_load_plan(&lo, &ld, &usage, d);
@@ -197,6 +199,7 @@ checked:
     char *mem = NULL;
     size_t mem_len = 0;
     k3_gen_stats st = {0};
+    double go_rho = 0;                               /* the draft-length rule's rho (decode.h) */
     k3_runstats rs = {0};
     if (!e && o->perplexity) {                       /* score the text instead of generating */
         e = score_perplexity(o, m, w, &plan, t_load, prompt, n_prompt, r, d);
@@ -215,6 +218,8 @@ checked:
         FILE *out = o->json ? open_memstream(&mem, &mem_len) : stdout;
         k3_gen_opts go = {.n_predict = o->n_predict, .print_ids = o->print_ids && !o->json,
                           .eos = k3w_config(w)->eos_token_id, .sampler = o->sampler,
+                          .max_draft = plan.verify_tokens ? plan.verify_tokens - 1 : 0,
+                          .rho = go_rho = k3_dec_rho(&plan, ld.geo),
                           .on_step = rs.tok ? k3_runstats_step : NULL, .step_ctx = &rs};
         st.t_tok = t_tok;
         if (!out) e = k3_fail(d, K3_ERR_NOMEM, "out of memory");
@@ -243,6 +248,14 @@ checked:
                     rss / 1048576.0, k3_model_scratch_bytes(m) / 1048576.0, (unsigned long long)ws.expert_hits,
                     (unsigned long long)ws.expert_misses, ws.bytes_read / 1048576.0,
                     ws.trunk_bytes_read / 1048576.0, ws.expert_bytes_read / 1048576.0, ws.wait_seconds);
+        const k3_dec_stats *ds = &st.dec;
+        double tpp = ds->passes ? (double)ds->tokens / (double)ds->passes : 0;
+        if (o->stats && plan.verify_tokens)
+            fprintf(stderr, "k3run: speculative decoding: %u tokens in %llu passes (%.2f tokens per pass); "
+                    "%llu drafted in %llu passes, %llu accepted (%.0f %%)\n", st.n_gen,
+                    (unsigned long long)ds->passes, tpp, (unsigned long long)ds->drafted,
+                    (unsigned long long)ds->verify_passes, (unsigned long long)ds->accepted,
+                    ds->drafted ? 100.0 * ds->accepted / ds->drafted : 0.0);
         if (o->stats) k3_runstats_print(&rs, stderr);
         if (o->json) {
             json_t *doc = json_object(), *ids = json_array(), *tt = json_array();
@@ -280,6 +293,16 @@ checked:
             json_t *per = k3_runstats_json(&rs);
             json_object_update(doc, per);
             json_decref(per);
+            json_object_set_new(doc, "draft_max", json_integer(plan.verify_tokens ? plan.verify_tokens - 1 : 0));
+            json_object_set_new(doc, "draft_rho", json_real(go_rho));
+            json_object_set_new(doc, "passes", json_integer((json_int_t)ds->passes));
+            json_object_set_new(doc, "drafted", json_integer((json_int_t)ds->drafted));
+            json_object_set_new(doc, "accepted", json_integer((json_int_t)ds->accepted));
+            json_object_set_new(doc, "tokens_per_pass", json_real(tpp));
+            json_t *kept = json_array();          /* [j]: verify passes that kept j drafted tokens */
+            for (uint32_t j = 0; plan.verify_tokens && j < plan.verify_tokens; j++)
+                json_array_append_new(kept, json_integer((json_int_t)ds->kept[j]));
+            json_object_set_new(doc, "drafts_kept", kept);
             json_object_set_new(doc, "isa", json_string(k3_isa_name(o->isa)));
             json_object_set_new(doc, "threads", json_integer(o->threads));
             json_dumpf(doc, stdout, JSON_INDENT(1) | JSON_PRESERVE_ORDER);

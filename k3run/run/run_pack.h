@@ -28,6 +28,7 @@ typedef struct k3_run_opts {
     uint32_t ppl_chunks;           /* at most this many chunks (0: all) */
     int special;                   /* special-token text in the prompt becomes its id */
     uint32_t n_predict, threads, context, batch;
+    uint32_t draft;                /* speculative decoding: drafted tokens per pass at most (0: off) */
     k3_sampler_opts sampler;
     k3_isa isa;
     uint64_t budget;               /* bytes; 0: what the machine allows, less a margin */
