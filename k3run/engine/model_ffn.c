@@ -210,8 +210,11 @@ static void mix_ahead(k3_model *m, uint32_t T, uint32_t nb, int new_block, const
  * The end of layer `layer`'s FFN (out [T][D], not yet added to m->h): predict layer + 1's
  * experts and have the cache read the missing ones now. The prediction is what sim_cache.py
  * measured on medium (99.8 % of rank-1 choices, 88 % of the 16): the hidden state after this
- * layer, layer + 1's MoE mix and post-attention norm, its router and bias, top-k per token;
- * a batch asks for the experts most of its tokens name first. Needs layer + 1's router in
+ * layer, layer + 1's MoE mix and post-attention norm, its router and bias, top-k per token, of
+ * which the first ka are read ahead (k3w_lookahead; by default half the top-k, the likeliest:
+ * the tail of the top-k is where the guesses miss, and a wrong guess costs a read and evicts
+ * a record that may be asked for again); a batch asks for the experts most of its tokens name
+ * first. Needs layer + 1's router in
  * memory, or its streamed unit's read already queued (k3w_get_ahead); else nothing is read
  * ahead. Writes only scratch the layers overwrite before reading: t3, t4 [B][tw >= D],
  * logits_e [B][E], bias, sel, seen [E], idx [B][k], uniq, vec, vec2.
@@ -230,7 +233,9 @@ static void lookahead(k3_model *m, int layer, uint32_t T, const float *out)
     const k3_tensor *mn = z->block ? k3w_get_ahead(w, nx, K3W_MRES_NORM, &tmn) : NULL;
     const k3_tensor *mp = z->block ? k3w_get_ahead(w, nx, K3W_MRES_PROJ, &tmp) : NULL;
     if (!router || !pn || (k3w_get(w, nx, K3W_MOE_BIAS) && !bias) || (z->block && (!mn || !mp))) return;
+    int la = k3w_lookahead(w);
     uint32_t D = z->D, E = z->E, k = z->k;
+    uint32_t ka = la < 0 ? (k + 1) / 2 : (uint32_t)la < k ? (uint32_t)la : k;   /* each token's first ka */
     float *hn = m->t3, *xn = m->t4;                                   /* [T][D] each */
     for (size_t i = 0; i < (size_t)T * D; i++) hn[i] = m->h[i] + out[i];
     const float *mi = hn;
@@ -250,10 +255,10 @@ static void lookahead(k3_model *m, int layer, uint32_t T, const float *out)
         router_scores(c, st, E);
         for (uint32_t e = 0; e < E; e++) m->sel[e] = st[e] + m->bias[e];
         top_k(m->sel, E, k, m->idx + (size_t)t * k);
-        for (uint32_t j = 0; j < k; j++) m->seen[m->idx[(size_t)t * k + j]]++;
+        for (uint32_t j = 0; j < ka; j++) m->seen[m->idx[(size_t)t * k + j]]++;
     }
     if (T == 1) {                                   /* one token: its own order, likeliest first */
-        k3w_experts_prefetch(w, nx, m->idx, (int)k);
+        k3w_experts_prefetch(w, nx, m->idx, (int)ka);
         return;
     }
     uint32_t nu = 0;                                /* a batch: named by the most tokens first */

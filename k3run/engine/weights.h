@@ -147,7 +147,10 @@ void k3w_experts_release(k3_weights *w, int layer);
  * predicts the experts a layer will ask for (the next layer's router on the
  * hidden state of the layer before) and has them read into the cache while
  * it still computes. Only where reads land changes, never what is computed.
- * On in cache mode unless the environment has K3_LOOKAHEAD=0.
+ * In cache mode only. Returns how many of each token's predicted experts (its
+ * likeliest first) to read ahead: K3_LOOKAHEAD=N, 0 (or off, or no cache) for
+ * none, -1 when the environment does not say (the model's default: half its
+ * top-k, docs/PERFORMANCE.md says why).
  */
 int k3w_lookahead(const k3_weights *w);
 /* Layer `layer`'s tensor with its data, if it is in memory or its read is already queued (a

@@ -211,8 +211,10 @@ k3_err k3w_cache_init(k3_weights *w, k3_diag *d)
     for (uint64_t i = 0; i < w->n_slots; i++) w->slot_layer[i] = w->slot_expert[i] = -1;
     const char *ev = getenv("K3_EVICT");              /* for the benchmarks: lru | lfu */
     w->evict = ev && !strcmp(ev, "lru") ? K3_EVICT_LRU : ev && !strcmp(ev, "lfu") ? K3_EVICT_LFU : K3_EVICT_DEFAULT;
-    const char *la = getenv("K3_LOOKAHEAD");          /* 0 | off: no reads ahead (docs/PERFORMANCE.md) */
-    w->lookahead = !(la && (!strcmp(la, "0") || !strcmp(la, "off")));
+    const char *la = getenv("K3_LOOKAHEAD");          /* 0 | off | N (docs/PERFORMANCE.md) */
+    w->lookahead = -1;
+    if (la && !strcmp(la, "off")) w->lookahead = 0;
+    else if (la && *la >= '0' && *la <= '9') w->lookahead = (int)strtol(la, NULL, 10);
     return K3_OK;
 }
 
@@ -521,7 +523,7 @@ void k3w_experts_release(k3_weights *w, int layer)
 /* ------------------------------------------------------------------------ */
 /* lookahead                                                                 */
 
-int k3w_lookahead(const k3_weights *w) { return w->n_slots > 0 && w->lookahead; }
+int k3w_lookahead(const k3_weights *w) { return w->n_slots > 0 ? w->lookahead : 0; }
 
 const k3_tensor *k3w_get_ahead(k3_weights *w, int layer, k3_wid id, k3_tensor *tmp)
 {

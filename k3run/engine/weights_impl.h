@@ -96,7 +96,7 @@ struct k3_weights {
     const int32_t *acq_ids;
     k3_weights_stats st;
     /* lookahead reads (k3w_experts_prefetch) */
-    int lookahead;            /* on: cache mode, and K3_LOOKAHEAD is not 0 */
+    int lookahead;            /* experts per token read ahead (K3_LOOKAHEAD), 0: off, -1: the model's default */
     uint8_t *slot_pf;         /* [n_slots] K3_PF_* of the record in each slot */
     uint8_t *slot_fly;        /* [n_slots] 1: a read ahead into the slot is in flight, not waited for */
     int32_t *fly;             /* [n_slots] those slots, in the order their reads were queued */

@@ -1,11 +1,12 @@
 """Lookahead expert reads (issue 16 part 2, docs/PERFORMANCE.md "Lookahead expert reads"): the
-generated ids are the same with K3_LOOKAHEAD=0 and with lookahead on (the default), greedy and
+generated ids are the same with K3_LOOKAHEAD=0 (off) and 64 (every predicted expert), greedy and
 seeded sampling, at a budget where the expert cache must evict with the whole trunk resident and
 at one where trunk units are streamed, at 1 and 2 threads, on the trained demo model (k3-kjv) and
 on `small` (random weights, 256 experts, top-16). With lookahead on, the counters in --json show
 reads ahead issued and used (a later acquire found them), issued = used + wasted + pending, and
 they are the same at 1 and 2 threads (which slots a read ahead may evict depends on the routing
-only, never on the disk's timing); with it off they are all zero.
+only, never on the disk's timing); with it off they are all zero. K3_LOOKAHEAD=1 and 2 (each
+token's likeliest experts only) give the same ids with fewer reads ahead.
 
 No timing here: speed is tests/bench/bench_lookahead.sh's."""
 
@@ -46,7 +47,19 @@ class LookaheadCase:
     def run_at(self, budget, threads, lookahead, mode):
         args = ["-m", self.pack, "-p", self.prompt, "-n", str(self.n), "--json", "-t", str(threads),
                 "--budget", str(budget)] + mode
-        return json.loads(k3run(args, env={"K3_LOOKAHEAD": "1" if lookahead else "0"}).stdout)
+        # on: every predicted expert (K3_LOOKAHEAD above the top-k, whatever k3run's default); off: 0
+        return json.loads(k3run(args, env={"K3_LOOKAHEAD": "64" if lookahead else "0"}).stdout)
+
+    def test_fewer_ahead(self):
+        """K3_LOOKAHEAD=N reads ahead only each token's N likeliest: the same ids, fewer reads issued"""
+        budget = self.budgets(self.pack)["evict"]
+        args = ["-m", self.pack, "-p", self.prompt, "-n", str(self.n), "--json", "--budget", str(budget)]
+        full = json.loads(k3run(args, env={"K3_LOOKAHEAD": "64"}).stdout)
+        for n in (1, 2):
+            r = json.loads(k3run(args, env={"K3_LOOKAHEAD": str(n)}).stdout)
+            self.assertEqual(r["generated_ids"], full["generated_ids"], "K3_LOOKAHEAD=%d" % n)
+            self.assertGreater(r["prefetch_used"], 0, "K3_LOOKAHEAD=%d" % n)
+            self.assertLess(r["prefetch_issued"], full["prefetch_issued"], "K3_LOOKAHEAD=%d" % n)
 
     def test_same_ids_with_and_without(self):
         sanitized = os.environ.get("K3_SANITIZED") == "1"
