@@ -20,7 +20,7 @@
 
 enum {
     OPT_SUMMARY = K3_OPT_USER, OPT_JSON, OPT_FILTER, OPT_CONFIG, OPT_NO_CONFIG, OPT_SHARDS, OPT_PLAN, OPT_BUDGET,
-    OPT_PRESET, OPT_CONTEXT, OPT_BATCH
+    OPT_PRESET, OPT_CONTEXT, OPT_BATCH, OPT_DRAFT
 };
 
 static const k3_opt opts[] = {
@@ -40,6 +40,8 @@ static const k3_opt opts[] = {
     {OPT_PRESET, 0, "preset", "NAME", NULL, NULL, "--plan: a named budget: laptop (8G), workstation (128G), server (224G)"},
     {OPT_CONTEXT, 0, "context", "N", "4096", NULL, "--plan: positions the attention cache holds (as k3run -c)"},
     {OPT_BATCH, 0, "batch", "N", "64", NULL, "--plan: prompt tokens per forward pass (as k3run -b)"},
+    {OPT_DRAFT, 0, "draft", "N", K3_DRAFT_DEFAULT_STR, NULL,
+     "--plan: drafted tokens per verify pass (as k3run --draft; 0: no speculative decoding)"},
     K3_OPTS_COMMON,
 };
 #define N_OPTS ((int)(sizeof opts / sizeof opts[0]))
@@ -94,17 +96,19 @@ static int plan_cmd(const k3_args *a, const char *src)
     for (int i = 0; i < 5; i++)
         if (k3_opt_count(a, other[i])) return k3_usage_error("--plan cannot be used with %s", other_name[i]);
     const char *bs = k3_opt_str(a, OPT_BUDGET), *ps = k3_opt_str(a, OPT_PRESET);
-    uint64_t budget = 0, context, batch;
+    uint64_t budget = 0, context, batch, draft;
     k3_diag d = {0};
     if (!bs == !ps) return k3_usage_error("--plan needs a budget: --budget SIZE or --preset NAME (one of them)");
     if (ps && !(budget = k3_preset_budget(ps)))
         return k3_usage_error("--preset: unknown preset '%s' (laptop, workstation, server)", ps);
     if (bs && (k3_parse_size(bs, 1, &budget) || budget == 0))
         return k3_usage_error("--budget: '%s' is not a size (8G, 512M, 4096)", bs);
-    if (k3_opt_u64(a, OPT_CONTEXT, 4096, 0, &context, &d) || k3_opt_u64(a, OPT_BATCH, 64, 0, &batch, &d))
+    if (k3_opt_u64(a, OPT_CONTEXT, 4096, 0, &context, &d) || k3_opt_u64(a, OPT_BATCH, 64, 0, &batch, &d) ||
+        k3_opt_u64(a, OPT_DRAFT, K3_DRAFT_DEFAULT, 0, &draft, &d))
         return k3_usage_error("%s", d.msg);
     if (context < 1 || context > (1u << 24)) return k3_usage_error("--context must be in 1..%u", 1u << 24);
     if (batch < 1 || batch > 4096) return k3_usage_error("--batch must be in 1..4096");
+    if (draft > 16) return k3_usage_error("--draft must be in 0..16");
 
     static k3_geometry geo;                          /* ~8 KiB: not on the stack */
     k3_config cfg;
@@ -132,8 +136,13 @@ static int plan_cmd(const k3_args *a, const char *src)
     k3_manifest_free(&mf);
     if (e) return fail(e, &d);
     k3_plan plan;
-    if ((e = k3_plan_for(&cfg, &geo, budget, (uint32_t)context, (uint32_t)batch, 0, &plan, &d)))
-        return e == K3_ERR_USAGE ? k3_usage_error("%s", d.msg) : fail(e, &d);
+    /* as k3run plans: with the verify buffers when the budget has room for them, else without */
+    uint32_t verify = draft ? (uint32_t)(draft + 1 < batch ? draft + 1 : batch) : 0;
+    if (verify < 2) verify = 0;
+    e = k3_plan_with_snapshots(&cfg, &geo, budget, (uint32_t)context, (uint32_t)batch, 0, 0, verify, &plan, &d);
+    if (e == K3_ERR_USAGE && verify)
+        e = k3_plan_with_snapshots(&cfg, &geo, budget, (uint32_t)context, (uint32_t)batch, 0, 0, 0, &plan, &d);
+    if (e) return e == K3_ERR_USAGE ? k3_usage_error("%s", d.msg) : fail(e, &d);
 
     if (k3_opt_count(a, OPT_JSON)) {
         json_t *o = json_object(), *p = k3_plan_json(&plan, &geo);
@@ -174,7 +183,7 @@ int main(int argc, char **argv)
     if (k3_opt_count(&a, K3_OPT_HELP)) {
         k3_opts_help(stdout,
                      "k3inspect [OPTIONS] SRC\n"
-                     "       k3inspect --plan (--budget SIZE | --preset NAME) [--context N] [--batch N] [--json]"
+                     "       k3inspect --plan (--budget SIZE | --preset NAME) [--context N] [--batch N] [--draft N] [--json]"
                      " PACK|config.json",
                      purpose, opts, N_OPTS, footer);
         return K3_EXIT_OK;
@@ -188,9 +197,9 @@ int main(int argc, char **argv)
                        : k3_usage_error("missing SRC (a checkpoint directory, a .safetensors file or a pack)");
     if (k3_opt_count(&a, OPT_PLAN)) return plan_cmd(&a, a.pos[0]);
     {
-        static const int need_plan[] = {OPT_BUDGET, OPT_PRESET, OPT_CONTEXT, OPT_BATCH};
-        static const char *const need_plan_name[] = {"--budget", "--preset", "--context", "--batch"};
-        for (int i = 0; i < 4; i++)
+        static const int need_plan[] = {OPT_BUDGET, OPT_PRESET, OPT_CONTEXT, OPT_BATCH, OPT_DRAFT};
+        static const char *const need_plan_name[] = {"--budget", "--preset", "--context", "--batch", "--draft"};
+        for (int i = 0; i < 5; i++)
             if (k3_opt_count(&a, need_plan[i])) return k3_usage_error("%s is for --plan", need_plan_name[i]);
     }
     if (k3_opt_count(&a, OPT_CONFIG) && k3_opt_count(&a, OPT_NO_CONFIG)) {

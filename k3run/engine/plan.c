@@ -316,6 +316,7 @@ k3_err k3_plan_with_snapshots(const k3_config *c, const k3_geometry *g, uint64_t
     p->snapshot_bytes = one;
     p->verify_tokens = verify;
     p->verify_bytes = s.verify_bytes;
+    p->minimum -= s.verify_bytes;                     /* the floor: without them, k3run runs undrafted */
     return e;
 }
 

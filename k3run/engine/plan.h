@@ -36,6 +36,8 @@
 
 #define K3_PLAN_MARGIN (96ull << 20)        /* code, stacks, allocator, tokenizer */
 #define K3_UNIT_ALIGN 4096ull               /* trunk tensors sit 4 KiB-aligned in a unit's memory */
+#define K3_DRAFT_DEFAULT 8                  /* k3run --draft (speculative decoding) when not given */
+#define K3_DRAFT_DEFAULT_STR "8"
 
 /* The trunk unit of a tensor name: layer i (< n_layers) -> i, the head (other model-level
    tensors) -> n_layers; -1 for the embedding table and for layers the model does not have. */
@@ -80,7 +82,8 @@ typedef struct k3_plan {
     uint64_t expert_cache;       /* expert_slots x stride */
     int experts_all_resident;    /* the cache holds every expert: read once, never evicted */
     uint64_t resident;           /* buffers + margin + trunk_resident + stream_buffers + expert_cache */
-    uint64_t minimum;            /* the smallest budget this model can run in */
+    uint64_t minimum;            /* the smallest budget this model can run in (without the verify buffers,
+                                    which k3run drops where they do not fit) */
     double expert_reads_per_token;   /* expected expert records read per decoded token (uniform routing) */
     double disk_per_token;       /* expected bytes read per decoded token: streamed trunk + expert reads
                                     + one embedding row */

@@ -68,6 +68,9 @@ void k3_plan_print(FILE *f, const k3_plan *p, const k3_geometry *g)
     else
         fprintf(f, "    (a state snapshot, k3run chat's prompt cache, is %s each: KDA states and a logits row)\n",
                 hs(p->snapshot_bytes, a));
+    if (p->verify_tokens)
+        fprintf(f, "      of them       %10s (speculative decoding: verify passes of %u tokens)\n",
+                hs(p->verify_bytes, a), p->verify_tokens);
     fprintf(f, "    margin          %10s\n", hs(p->margin, a));
     fprintf(f, "    trunk, resident %10s (%u of %u units: %u layers and the head; the embedding table is "
             "not resident)\n", hs(p->trunk_resident, a), n_res, p->n_units, p->n_units ? p->n_units - 1 : 0);
@@ -124,6 +127,8 @@ json_t *k3_plan_json(const k3_plan *p, const k3_geometry *g)
     set_u64(o, "mla_cache_bytes", p->mla_cache);
     set_u64(o, "snapshots", p->n_snapshots);
     set_u64(o, "snapshot_bytes", p->snapshot_bytes);
+    set_u64(o, "verify_tokens", p->verify_tokens);
+    set_u64(o, "verify_bytes", p->verify_bytes);
     set_u64(o, "margin_bytes", p->margin);
 
     set_u64(tr, "units", p->n_units);

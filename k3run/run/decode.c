@@ -6,14 +6,13 @@
 #include <string.h>
 
 #include "draft.h"
-#include "k3_sys.h"
 
-/* The plan's rho, the rule's start before passes are timed: how much a byte read from disk
-   costs beside one read from memory (NVMe at ~7 GB/s, DRAM at ~45 GB/s), and the compute a
-   token adds to a pass over reading the weights it uses once from memory (K3's token on real
-   shapes: about 1.5 times its memory bound). docs/PERFORMANCE.md "Speculative decoding". */
+/* The two constants of rho: how much a byte read from disk costs beside one read from memory
+   (NVMe at ~7 GB/s, DRAM at ~45 GB/s), and the compute a token adds to a pass over reading the
+   weights it uses once from memory (3: measured on the demo model in memory, where a verify pass
+   of 1 + K tokens costs about 1 + 0.77 K one-token passes; docs/PERFORMANCE.md). */
 #define DISK_WEIGHT 8.0
-#define COMPUTE_PER_BYTE 1.0
+#define COMPUTE_PER_BYTE 3.0
 
 double k3_dec_rho(const k3_plan *p, const k3_geometry *g)
 {
@@ -76,26 +75,10 @@ void k3_dec_fed(k3_decoder *dc, uint32_t n)
 uint32_t k3_dec_pos(const k3_decoder *dc) { return dc->st == K3_DEC_READY ? dc->n : dc->n - 1; }
 
 /* The draft length for drafts from a match of class c, at most kmax: argmax E(K)/cost(1+K). */
-/* rho measured (after a few timed passes of each kind), else the plan's. */
-static double rho(const k3_dec_learn *l)
-{
-    if (l->n1 < 2 || l->nx < 2 || l->t1 <= 0) return l->rho_plan;
-    double r = l->tx / l->t1;
-    return r < 0.01 ? 0.01 : r;
-}
-
-/* A running mean that follows the last few dozen passes. */
-static void average(double *mean, uint32_t *n, double x)
-{
-    *n += *n < 1000000;
-    double w = *n < 16 ? 1.0 / *n : 1.0 / 16;
-    *mean += w * (x - *mean);
-}
-
 static uint32_t draft_len(const k3_decoder *dc, uint32_t c, uint32_t kmax)
 {
     const k3_dec_learn *l = dc->learn;
-    double a = (l->acc[c] + 1.0) / (l->tested[c] + 2.0), e = 1.0, ak = 1.0, best = 1.0, r = rho(l);
+    double a = (l->acc[c] + 1.0) / (l->tested[c] + 2.0), e = 1.0, ak = 1.0, best = 1.0, r = l->rho_plan;
     uint32_t bk = 0;
     for (uint32_t k = 1; k <= kmax; k++) {
         ak *= a;
@@ -123,10 +106,7 @@ static k3_err start_pass(k3_decoder *dc, uint32_t want, k3_diag *d)
         else K = k3_draft_lookup(dc->hist, dc->n, 1, K3_DRAFT_NGRAM_MAX, kmax, dc->batch + 1, &match);
         if (K) {
             dc->cls = match - 1;
-            if (!dc->test && dc->learn->nx < 2 && dc->learn->n1 >= 2)
-                K = K < 2 ? K : 2;                  /* two short probes: what does a verify pass cost? */
-            else if (!dc->test)
-                K = draft_len(dc, dc->cls, K);
+            if (!dc->test) K = draft_len(dc, dc->cls, K);
             if (dc->test == 2 && dc->stats.verify_passes % (K + 1) < K) {
                 int32_t *b = dc->batch + 1 + dc->stats.verify_passes % (K + 1);
                 *b = (int32_t)(((uint32_t)*b + 1) % k3_model_vocab(m));
@@ -134,13 +114,9 @@ static k3_err start_pass(k3_decoder *dc, uint32_t want, k3_diag *d)
         }
     }
     dc->batch[0] = dc->hist[dc->n - 1];
-    double t0 = k3_now();
-    k3_dec_learn *l = dc->learn;
     if (K == 0) {
         dc->st = K3_DEC_READY;
-        k3_err e = k3_model_forward(m, dc->batch, 1, d);
-        average(&l->t1, &l->n1, k3_now() - t0);
-        return e;
+        return k3_model_forward(m, dc->batch, 1, d);
     }
     dc->T = 1 + K;
     dc->cur = 0;
@@ -148,9 +124,7 @@ static k3_err start_pass(k3_decoder *dc, uint32_t want, k3_diag *d)
     dc->stats.verify_passes++;
     dc->stats.drafted += K;
     dc->st = K3_DEC_OPEN;
-    k3_err e = k3_model_verify(m, dc->batch, dc->T, d);
-    if (l->n1) average(&l->tx, &l->nx, (k3_now() - t0 - l->t1) / K);
-    return e;
+    return k3_model_verify(m, dc->batch, dc->T, d);
 }
 
 k3_err k3_dec_next(k3_decoder *dc, uint32_t want, int32_t *id, k3_diag *d)

@@ -27,13 +27,11 @@
  * acceptance rate measured so far for drafts from matches of the same
  * length (Laplace's rule: (accepted + 1) / (tested + 2)); cost(T) / cost(1)
  * = 1 + (T - 1) rho, rho what a token adds to a pass over what a one-token
- * pass costs. rho starts from the plan's figures (k3_dec_rho: the bytes a
- * token adds, its experts and its compute, over a pass's trunk and experts)
- * and is then measured: the seconds of one-token passes and of verify
- * passes, averaged. So the draft lengths follow the machine (a model whose
- * weights sit in the CPU's caches pays for every token's compute; a streamed
- * trunk makes extra tokens nearly free) and may differ between two runs;
- * the tokens never do.
+ * pass costs, from the plan's figures (k3_dec_rho: the bytes and compute a
+ * token adds, its experts and its share of the arithmetic, over a pass's
+ * trunk and experts; disk bytes weighted against memory bytes). It depends
+ * on the tokens and the plan only, never on the clock: the same run drafts
+ * the same, so its passes, reads and cache counters are reproducible too.
  */
 #ifndef K3_DECODE_H
 #define K3_DECODE_H
@@ -44,8 +42,6 @@
 #include "text.h"
 
 #define K3_DRAFT_MAX 16            /* --draft at most */
-#define K3_DRAFT_DEFAULT 8         /* --draft when not given */
-#define K3_DRAFT_DEFAULT_STR "8"
 #define K3_DRAFT_NGRAM_MAX 4       /* longest n-gram looked up */
 #define K3_DRAFT_CLASSES K3_DRAFT_NGRAM_MAX   /* acceptance kept per match length 1..4+ */
 
@@ -62,9 +58,7 @@ typedef struct k3_dec_stats {
 
 /* What the draft-length rule has learnt; it outlives a decoder (a chat keeps it across turns). */
 typedef struct k3_dec_learn {
-    double rho_plan;               /* rho from the plan (k3_dec_rho), until passes were timed */
-    double t1, tx;                 /* seconds: a one-token pass; what a verify pass adds per token */
-    uint32_t n1, nx;               /* passes behind them */
+    double rho_plan;               /* rho from the plan (k3_dec_rho) */
     uint64_t tested[K3_DRAFT_CLASSES], acc[K3_DRAFT_CLASSES];   /* drafted tokens verified / accepted */
 } k3_dec_learn;
 

@@ -106,7 +106,7 @@ def check(p, name):
     T = sum(units)
     least = min([T] + [T - sum(u for u in units if u <= cap) + 2 * cap
                        for cap in set(units) if sum(1 for u in units if u <= cap) >= 3])
-    need(p["minimum_bytes"] == p["buffers_bytes"] + p["margin_bytes"] + least +
+    need(p["minimum_bytes"] == p["buffers_bytes"] - p["verify_bytes"] + p["margin_bytes"] + least +
          min(2 * ex["top_k"], ex["total"]) * ex["slot_bytes"], name + ": minimum %d" % p["minimum_bytes"])
     need(p["mla_cache_bytes"] == n_mla * p["context"] * mla_row, name + ": MLA cache %d" % p["mla_cache_bytes"])
     reads = 0.0 if ex["all_resident"] else ex["moe_layers"] * ex["top_k"] * (1 - ex["slots"] / ex["total"])
