@@ -486,6 +486,30 @@ const k3_tensor *k3w_get(k3_weights *w, int layer, k3_wid id)
     return w->idx[layer + 1][id];
 }
 
+/* A tensor of the next unit for the lookahead (weights.h): it reads the trunk's stream buffers,
+   so it lives with them, not with the experts. */
+const k3_tensor *k3w_get_ahead(k3_weights *w, int layer, k3_wid id, k3_tensor *tmp)
+{
+    const k3_tensor *t = k3w_get(w, layer, id);
+    if (!t || t->mat.data) return t;                   /* absent, or in memory (resident, or current) */
+    int u = layer < 0 ? (int)w->n_layers : layer;
+    trunk_unit *un = &w->units[u];
+    int b = w->sb[0].unit == u ? 0 : w->sb[1].unit == u ? 1 : -1;
+    if (!un->streamed || b < 0) return NULL;           /* not read yet: k3w_layer_begin will */
+    uint32_t ti = (uint32_t)(t - w->tensors), k = 0;
+    while (k < un->n && un->ti[k] != ti) k++;
+    if (k == un->n) return NULL;
+    if (w->sb[b].pending) {                            /* the one tensor's read; layer_begin takes the rest */
+        double t0 = k3_now();
+        int bad = k3io_wait(w->io, &w->tjob[ti]);
+        w->st.wait_seconds += k3_now() - t0;
+        if (bad) return NULL;
+    }
+    *tmp = *t;
+    tmp->mat.data = w->sb[b].mem + un->pos[k];
+    return tmp;
+}
+
 void k3w_vec(const k3_tensor *t, float *dst)
 {
     if (t->enc == K3_ENC_F32) {
