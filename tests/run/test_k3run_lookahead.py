@@ -6,7 +6,8 @@ on `small` (random weights, 256 experts, top-16). With lookahead on, the counter
 reads ahead issued and used (a later acquire found them), issued = used + wasted + pending, and
 they are the same at 1 and 2 threads (which slots a read ahead may evict depends on the routing
 only, never on the disk's timing); with it off they are all zero. K3_LOOKAHEAD=1 and 2 (each
-token's likeliest experts only) give the same ids with fewer reads ahead.
+token's likeliest experts only) give the same ids with fewer reads ahead; with speculative
+decoding on (--draft 8) the ids are the same with lookahead on and off.
 
 No timing here: speed is tests/bench/bench_lookahead.sh's."""
 
@@ -44,16 +45,28 @@ class LookaheadCase:
         # (trunk units streamed through two buffers, the smallest cache)
         return {"evict": mn + int(trunk * cls.evict_share[0] + experts * cls.evict_share[1]), "streamed": mn}
 
-    def run_at(self, budget, threads, lookahead, mode):
+    def run_at(self, budget, threads, lookahead, mode, draft="0"):
+        # --draft 0: plain decoding, whose passes do not depend on timing (speculation's draft
+        # length adapts to measured pass times, so its batches, and what they read, may differ
+        # from run to run); test_with_speculation checks the ids with it on
         args = ["-m", self.pack, "-p", self.prompt, "-n", str(self.n), "--json", "-t", str(threads),
-                "--budget", str(budget)] + mode
+                "--budget", str(budget), "--draft", draft] + mode
         # on: every predicted expert (K3_LOOKAHEAD above the top-k, whatever k3run's default); off: 0
         return json.loads(k3run(args, env={"K3_LOOKAHEAD": "64" if lookahead else "0"}).stdout)
+
+    def test_with_speculation(self):
+        """speculative decoding (k3run's default --draft) and lookahead together: the same ids"""
+        for bname, budget in self.budgets(self.pack).items():
+            off = self.run_at(budget, 2, False, [], draft="8")
+            on = self.run_at(budget, 2, True, [], draft="8")
+            self.assertEqual(on["generated_ids"], off["generated_ids"], "budget %s" % bname)
+            self.assertGreater(on["prefetch_used"], 0, "budget %s" % bname)
 
     def test_fewer_ahead(self):
         """K3_LOOKAHEAD=N reads ahead only each token's N likeliest: the same ids, fewer reads issued"""
         budget = self.budgets(self.pack)["evict"]
-        args = ["-m", self.pack, "-p", self.prompt, "-n", str(self.n), "--json", "--budget", str(budget)]
+        args = ["-m", self.pack, "-p", self.prompt, "-n", str(self.n), "--json", "--budget", str(budget),
+                "--draft", "0"]
         full = json.loads(k3run(args, env={"K3_LOOKAHEAD": "64"}).stdout)
         for n in (1, 2):
             r = json.loads(k3run(args, env={"K3_LOOKAHEAD": str(n)}).stdout)
