@@ -36,8 +36,8 @@
 
 #define K3_PLAN_MARGIN (96ull << 20)        /* code, stacks, allocator, tokenizer */
 #define K3_UNIT_ALIGN 4096ull               /* trunk tensors sit 4 KiB-aligned in a unit's memory */
-#define K3_DRAFT_DEFAULT 8                  /* k3run --draft (speculative decoding) when not given */
-#define K3_DRAFT_DEFAULT_STR "8"
+#define K3_DRAFT_DEFAULT 0                  /* k3run --draft when not given (off: docs/PERFORMANCE.md) */
+#define K3_DRAFT_DEFAULT_STR "0 (off)"
 
 /* The trunk unit of a tensor name: layer i (< n_layers) -> i, the head (other model-level
    tensors) -> n_layers; -1 for the embedding table and for layers the model does not have. */
