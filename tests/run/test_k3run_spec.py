@@ -57,7 +57,7 @@ class Spec:
     def streaming_budget(self):
         """the minimum plus room for the verify buffers: the trunk streams, the cache evicts"""
         b = minimum(self.pack, self.prompt) + (1 << 20)
-        d = self.run_json(["--budget", str(b), "-n", "1"])
+        d = self.run_json(["--budget", str(b), "-n", "1", "--draft", "8"])
         self.assertGreater(d["trunk_units_streamed"], 0)
         self.assertGreater(d["draft_max"], 0, "the budget has room for the verify buffers")
         return ["--budget", str(b)]
