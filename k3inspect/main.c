@@ -136,12 +136,9 @@ static int plan_cmd(const k3_args *a, const char *src)
     k3_manifest_free(&mf);
     if (e) return fail(e, &d);
     k3_plan plan;
-    /* as k3run plans: with the verify buffers when the budget has room for them, else without */
-    uint32_t verify = draft ? (uint32_t)(draft + 1 < batch ? draft + 1 : batch) : 0;
-    if (verify < 2) verify = 0;
-    e = k3_plan_with_snapshots(&cfg, &geo, budget, (uint32_t)context, (uint32_t)batch, 0, 0, verify, &plan, &d);
-    if (e == K3_ERR_USAGE && verify)
-        e = k3_plan_with_snapshots(&cfg, &geo, budget, (uint32_t)context, (uint32_t)batch, 0, 0, 0, &plan, &d);
+    /* as k3run plans: with the verify buffers where the budget has room for them */
+    e = k3_plan_with_snapshots(&cfg, &geo, budget, (uint32_t)context, (uint32_t)batch, 0, 0,
+                               draft ? (uint32_t)draft + 1 : 0, &plan, &d);
     if (e) return e == K3_ERR_USAGE ? k3_usage_error("%s", d.msg) : fail(e, &d);
 
     if (k3_opt_count(a, OPT_JSON)) {

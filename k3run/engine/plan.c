@@ -307,6 +307,8 @@ k3_err k3_plan_with_snapshots(const k3_config *c, const k3_geometry *g, uint64_t
                               uint32_t batch, int all_logits, uint32_t snapshots, uint32_t verify, k3_plan *p,
                               k3_diag *d)
 {
+    if (verify > batch) verify = batch;
+    if (verify < 2) verify = 0;
     k3_model_shape s;
     k3_err e = k3_model_shape_from_config(c, batch, context, all_logits, verify, &s, d);
     if (e) return e;
@@ -317,6 +319,8 @@ k3_err k3_plan_with_snapshots(const k3_config *c, const k3_geometry *g, uint64_t
     p->verify_tokens = verify;
     p->verify_bytes = s.verify_bytes;
     p->minimum -= s.verify_bytes;                     /* the floor: without them, k3run runs undrafted */
+    if (e == K3_ERR_USAGE && verify)                  /* speculation only changes the speed: never refuse for it */
+        return k3_plan_with_snapshots(c, g, budget, context, batch, all_logits, snapshots, 0, p, d);
     return e;
 }
 

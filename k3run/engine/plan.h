@@ -102,7 +102,9 @@ k3_err k3_plan_for(const k3_config *c, const k3_geometry *g, uint64_t budget, ui
                    int all_logits, k3_plan *p, k3_diag *d);
 
 /* k3_plan_for with room for `snapshots` state snapshots (model.h) and for verify passes of
-   `verify` tokens (speculative decoding, 0 = none) in the buffers. */
+   `verify` tokens (speculative decoding: 1 + drafted, at most `batch`; below 2 none) in the
+   buffers. Where the budget has no room for the verify buffers, the plan is made without them
+   (verify_tokens 0): a refusal is only ever for the true minimum. */
 k3_err k3_plan_with_snapshots(const k3_config *c, const k3_geometry *g, uint64_t budget, uint32_t context,
                               uint32_t batch, int all_logits, uint32_t snapshots, uint32_t verify, k3_plan *p,
                               k3_diag *d);

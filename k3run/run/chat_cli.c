@@ -197,8 +197,7 @@ static int k3_chat_configure(chat_app *app, const k3_args *a)
     app->lo.verify = k3_opt_count(a, OPT_VERIFY) > 0;
     app->lo.verify_reads = !k3_opt_count(a, OPT_NO_VERIFY_READS);
     app->lo.report = app->stats;
-    app->lo.spec_tokens = draft && draft + 1 <= app->lo.batch ? draft + 1 : draft ? app->lo.batch : 0;
-    if (app->lo.spec_tokens < 2) app->lo.spec_tokens = 0;
+    app->lo.spec_tokens = draft ? draft + 1 : 0;
     if (k3_cli_check_pack(app->pack, &d)) { k3_error("%s", d.msg); return K3_EXIT_IO; }
     char tik[4200];
     if (!k3_cli_has_tokenizer(app->pack, tik, sizeof tik))

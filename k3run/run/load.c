@@ -69,12 +69,8 @@ k3_err k3_load_plan(const k3_load_opts *o, k3_loaded *l, int *usage, k3_diag *d)
     if (!e) e = k3_geometry_from_manifest(k3w_manifest(l->w), k3w_config(l->w), &geo, d);
     if (!e) e = k3_plan_with_snapshots(k3w_config(l->w), &geo, budget, o->context, o->batch, o->all_logits,
                                        o->snapshots, o->spec_tokens, &l->plan, d);
-    if (e == K3_ERR_USAGE && o->spec_tokens) {      /* speculation only changes the speed: never refuse for it */
-        e = k3_plan_with_snapshots(k3w_config(l->w), &geo, budget, o->context, o->batch, o->all_logits,
-                                   o->snapshots, 0, &l->plan, d);     /* (a refusal states the true minimum) */
-        if (!e && k3_log_level() >= 1)
-            fprintf(stderr, "%s: no speculative decoding: the budget has no room for its buffers\n", k3_log_prog());
-    }
+    if (!e && o->spec_tokens && !l->plan.verify_tokens && k3_log_level() >= 1)
+        fprintf(stderr, "%s: no speculative decoding: the budget has no room for its buffers\n", k3_log_prog());
     if (e) {
         *usage = e == K3_ERR_USAGE;
         return e;

@@ -18,7 +18,8 @@ typedef struct k3_load_opts {
     uint32_t context, batch;
     int all_logits;                /* logits for every token of a batch (--dump, --perplexity) */
     uint32_t snapshots;            /* state snapshots the plan makes room for (chat) */
-    uint32_t spec_tokens;          /* tokens of a speculative verify pass (1 + --draft), 0: none; dropped
+    uint32_t spec_tokens;          /* tokens of a speculative verify pass (1 + --draft, clamped to the batch),
+                                      0: none; dropped
                                       (plan.verify_tokens 0) where the budget has no room for it */
     int verify;                    /* run k3verify on the pack first */
     int verify_reads;              /* check every tensor's and record's XXH3-64 as it is read */

@@ -165,8 +165,7 @@ checked:
     k3_load_opts lo = {.pack = o->pack, .budget = o->budget, .context = o->context, .batch = o->batch,
                        .all_logits = o->dump_path != NULL || o->perplexity, .verify = o->verify,
                        .verify_reads = o->verify_reads, .report = o->stats, .isa = o->isa};
-    if (o->draft && !lo.all_logits) lo.spec_tokens = o->draft + 1 < o->batch ? o->draft + 1 : o->batch;
-    if (lo.spec_tokens < 2) lo.spec_tokens = 0;
+    if (o->draft && !lo.all_logits) lo.spec_tokens = o->draft + 1;
     k3_loaded ld = {0};
     int usage = 0;
     e = k3_load_plan(&lo, &ld, &usage, d);
