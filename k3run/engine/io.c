@@ -43,7 +43,14 @@ void k3io_run(k3io_job *j)
         posix_fadvise(j->fd, (off_t)j->off, (off_t)j->size, POSIX_FADV_DONTNEED);
     double th = k3_now();
     j->hash_seconds = 0;
-    if (!j->failed && j->verify && k3_xxh3_64(j->dst, (size_t)j->size) != j->hash) {
+    if (!j->failed && j->verify && j->hs) {
+        if (j->hs_reset) k3_hasher64_reset(j->hs);
+        k3_hasher64_update(j->hs, j->dst, (size_t)j->size);
+        if (j->hs_final && k3_hasher64_digest(j->hs) != j->hash) {
+            j->failed = j->bad_hash = 1;
+            j->why = "XXH3-64 does not match the manifest: the pack is damaged, run k3verify";
+        }
+    } else if (!j->failed && j->verify && k3_xxh3_64(j->dst, (size_t)j->size) != j->hash) {
         j->failed = j->bad_hash = 1;
         j->why = "XXH3-64 does not match the manifest: the pack is damaged, run k3verify";
     }

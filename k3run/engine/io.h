@@ -22,6 +22,10 @@ typedef struct k3io_job {
     uint8_t *dst;            /* [span or size], 4 KiB-aligned for O_DIRECT */
     int verify;              /* check XXH3-64 of dst[0..size) against hash */
     uint64_t hash;
+    struct k3_hasher64 *hs;  /* NULL: dst[0..size) is the whole hashed span. Else one piece of it, in
+                                order: hs_reset first (reset hs), every piece updates hs, the last
+                                (hs_final) compares hs's digest with hash */
+    int hs_reset, hs_final;
     int n_scan;              /* MXFP4 scale ranges of dst to refuse 0xFF in (NaN in E8M0), <= 3 */
     uint64_t scan_off[3], scan_len[3];
     /* out (valid after k3io_wait) */

@@ -377,8 +377,9 @@ static k3_err pass(k3_model *m, const int32_t *ids, uint32_t T, int all_rows, k3
     uint32_t first = all_rows ? 0 : T - 1, n = T - first;
     norm_rows(m, k3w_get(m->w, -1, K3W_FINAL_NORM), fin + first * D, n, z->D, eps, m->x);
     k3_lin(m, k3w_get(m->w, -1, K3W_LM_HEAD), m->x, n, m->logits);
-    dump(m, "logits", -1, n, z->V, m->logits, NULL);
     k3w_pass_end(m->w);
+    if ((e = k3w_check(m->w, d))) return e;                    /* a row piece's read or hash failed */
+    dump(m, "logits", -1, n, z->V, m->logits, NULL);
     m->n_logits = n;
     return K3_OK;
 }

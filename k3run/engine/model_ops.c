@@ -52,5 +52,12 @@ void k3_glu(const k3_config *c, float *g, const float *u, uint32_t n)
 
 void k3_lin(const k3_model *m, const k3_tensor *t, const float *x, uint32_t T, float *y)
 {
-    k3_matmul(m->o.isa, &t->mat, x, t->mat.cols, T, y, t->mat.rows);
+    if (t->mat.data) { k3_matmul(m->o.isa, &t->mat, x, t->mat.cols, T, y, t->mat.rows); return; }
+    /* streamed in row pieces: each output element is one row's dot product, so the bits do not
+       depend on the split (kern.h); a failed piece is reported by the layer's k3w_check */
+    for (uint32_t r0 = 0, r1; r0 < t->mat.rows; r0 = r1) {
+        k3_mat v;
+        if (k3w_rows(m->w, t, r0, &v, &r1)) return;
+        k3_matmul(m->o.isa, &v, x, t->mat.cols, T, y + r0, t->mat.rows);
+    }
 }

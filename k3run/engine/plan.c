@@ -24,6 +24,68 @@ int k3_trunk_unit(const char *name, uint32_t n_layers)
 
 uint64_t k3_unit_span(uint64_t size) { return align_up(size ? size : 1, K3_UNIT_ALIGN); }
 
+uint64_t k3_chunk_bytes(void)
+{
+    const char *v = getenv("K3_CHUNK");
+    if (!v || !*v) return K3_CHUNK_DEFAULT;
+    if (!strcasecmp(v, "off") || !strcmp(v, "0")) return UINT64_MAX;
+    char *end;
+    unsigned long long n = strtoull(v, &end, 10);
+    uint64_t mul = 1;
+    if (*end == 'K' || *end == 'k') mul = 1ull << 10;
+    else if (*end == 'M' || *end == 'm') mul = 1ull << 20;
+    else if (*end == 'G' || *end == 'g') mul = 1ull << 30;
+    if (mul > 1) end++;
+    if (end == v || *end || n > (UINT64_MAX >> 30)) return K3_CHUNK_DEFAULT;   /* not a size: the default */
+    uint64_t b = (uint64_t)n * mul;
+    return b < K3_UNIT_ALIGN ? K3_UNIT_ALIGN : b;
+}
+
+int k3_tensor_by_rows(const char *name, int ndim, const uint64_t *shape)
+{
+    size_t n = strlen(name), k = strlen("kv_b_proj.weight");
+    if (n >= k && !strcmp(name + n - k, "kv_b_proj.weight")) return 0;
+    if (!strcmp(name, "model.embed_tokens.weight")) return 0;
+    return ndim == 2 && shape[0] > 1;
+}
+
+int k3_tensor_in_pieces(const char *name, int ndim, const uint64_t *shape, uint64_t size, uint64_t chunk)
+{
+    return k3_tensor_by_rows(name, ndim, shape) && size > chunk / 4;
+}
+
+static uint64_t gcd64(uint64_t a, uint64_t b)
+{
+    while (b) { uint64_t t = a % b; a = b; b = t; }
+    return a;
+}
+
+uint64_t k3_piece_rows(uint64_t rows, uint64_t row_bytes, uint64_t chunk)
+{
+    uint64_t r = row_bytes ? chunk / row_bytes : rows;
+    if (r < 1) r = 1;
+    uint64_t g = row_bytes ? K3_UNIT_ALIGN / gcd64(row_bytes, K3_UNIT_ALIGN) : 1;   /* rows per aligned step */
+    if (r >= g) r -= r % g;
+    return r < rows ? r : rows;
+}
+
+void k3_unit_add(k3_unit_acc *a, const char *name, int ndim, const uint64_t *shape, uint64_t size, uint64_t chunk)
+{
+    a->bytes += k3_unit_span(size);
+    if (!k3_tensor_in_pieces(name, ndim, shape, size, chunk)) { a->small += k3_unit_span(size); return; }
+    uint64_t rb = size / shape[0], pr = k3_piece_rows(shape[0], rb, chunk);
+    if (k3_unit_span(pr * rb) > a->piece) a->piece = k3_unit_span(pr * rb);
+}
+
+/* A unit's stream figures from its sums: read whole (at most a chunk), or in row pieces. */
+static void unit_finish(k3_geometry *g, uint32_t u, const k3_unit_acc *a)
+{
+    g->unit_bytes[u] = a->bytes;
+    int split = a->bytes > g->chunk;
+    g->piece_bytes[u] = split ? a->piece : a->bytes;
+    g->small_bytes[u] = split ? a->small : 0;
+}
+
 static void geometry_common(const k3_config *c, k3_geometry *g)
 {
     g->n_units = c->num_hidden_layers + 1;
@@ -34,12 +96,17 @@ static void geometry_common(const k3_config *c, k3_geometry *g)
 
 k3_err k3_geometry_from_manifest(const k3_manifest *m, const k3_config *c, k3_geometry *g, k3_diag *d)
 {
-    (void)d;
     memset(g, 0, sizeof *g);
+    g->chunk = k3_chunk_bytes();
+    k3_unit_acc *acc = calloc(c->num_hidden_layers + 1, sizeof *acc);   /* [n_units] */
+    if (!acc) return k3_fail(d, K3_ERR_NOMEM, "out of memory");
     for (uint32_t i = 0; i < m->n_tensors; i++) {
-        int u = k3_trunk_unit(m->tensors[i].name, c->num_hidden_layers);
-        if (u >= 0) g->unit_bytes[u] += k3_unit_span(m->tensors[i].size);
+        const k3_mf_tensor *t = &m->tensors[i];
+        int u = k3_trunk_unit(t->name, c->num_hidden_layers);
+        if (u >= 0) k3_unit_add(&acc[u], t->name, t->ndim, t->shape, t->size, g->chunk);
     }
+    for (uint32_t u = 0; u <= c->num_hidden_layers; u++) unit_finish(g, u, &acc[u]);
+    free(acc);
     geometry_common(c, g);
     for (uint32_t i = 0; i < m->n_expert_layers; i++) {
         const k3_mf_experts *e = &m->expert_layers[i];
@@ -55,9 +122,12 @@ k3_err k3_geometry_from_manifest(const k3_manifest *m, const k3_config *c, k3_ge
 k3_err k3_geometry_from_config(const k3_config *c, k3_geometry *g, k3_diag *d)
 {
     memset(g, 0, sizeof *g);
+    g->chunk = k3_chunk_bytes();
     k3_xlist xl;
     k3_err e = k3_expected_tensors(c, &xl, d);
     if (e) return e;
+    k3_unit_acc *acc = calloc(c->num_hidden_layers + 1, sizeof *acc);   /* [n_units] */
+    if (!acc) { k3_xlist_free(&xl); return k3_fail(d, K3_ERR_NOMEM, "out of memory"); }
     int first_moe = -1;
     uint64_t rec = 0;
     for (size_t i = 0; i < xl.n; i++) {
@@ -65,7 +135,7 @@ k3_err k3_geometry_from_config(const k3_config *c, k3_geometry *g, k3_diag *d)
         const char *ex = strstr(t->name, ".experts.");
         if (!ex) {
             int u = k3_trunk_unit(t->name, c->num_hidden_layers);
-            if (u >= 0) g->unit_bytes[u] += k3_unit_span(t->nbytes);
+            if (u >= 0) k3_unit_add(&acc[u], t->name, t->rank, t->shape, t->nbytes, g->chunk);
             continue;
         }
         if (first_moe < 0) first_moe = t->layer;
@@ -73,6 +143,8 @@ k3_err k3_geometry_from_config(const k3_config *c, k3_geometry *g, k3_diag *d)
             rec = align_up(rec, 64) + t->nbytes;                     /* parts in record order, 64-aligned */
     }
     k3_xlist_free(&xl);
+    for (uint32_t u = 0; u <= c->num_hidden_layers; u++) unit_finish(g, u, &acc[u]);
+    free(acc);
     geometry_common(c, g);
     for (uint32_t i = 0; i < c->num_hidden_layers; i++) g->n_moe_layers += k3_layer_is_moe(c, i) ? 1 : 0;
     g->expert_record = rec;
@@ -82,14 +154,38 @@ k3_err k3_geometry_from_config(const k3_config *c, k3_geometry *g, k3_diag *d)
     return K3_OK;
 }
 
-/* One trunk arrangement: units larger than `cap` resident, the others streamed through two
-   buffers of 2 x cap unless `room` bytes let them be resident too (largest first). */
+/* One trunk arrangement: units larger than `cap` resident, the others streamed unless `room`
+   bytes let them be resident too (largest first). */
 typedef struct arrangement {
     uint64_t need;               /* memory before any optional unit is made resident */
     uint64_t resident, buffers, streamed;
-    uint32_t n_streamed;
+    uint64_t piece, small;       /* the stream buffers' sizes (each x 2) */
+    uint32_t n_streamed, n_split;
     uint8_t streamed_flag[K3_MAX_LAYERS + 1];
 } arrangement;
+
+static int unit_split(const k3_geometry *g, uint32_t u) { return g->unit_bytes[u] > g->chunk; }
+
+/* The stream buffers for a's streamed units: two of the largest piece, two of the largest small
+   part. Two or fewer whole units would sit in the buffers for good: they are made resident. */
+static void stream_buffers(const k3_geometry *g, arrangement *a)
+{
+    a->piece = a->small = 0;
+    a->n_split = 0;
+    for (uint32_t u = 0; u < g->n_units; u++) {
+        if (!a->streamed_flag[u]) continue;
+        if (g->piece_bytes[u] > a->piece) a->piece = g->piece_bytes[u];
+        if (g->small_bytes[u] > a->small) a->small = g->small_bytes[u];
+        a->n_split += (uint32_t)unit_split(g, u);
+    }
+    a->buffers = a->n_streamed ? 2 * (a->piece + a->small) : 0;
+    if (a->n_streamed && a->n_streamed <= 2 && !a->n_split) {
+        a->resident += a->streamed;
+        a->streamed = a->buffers = a->piece = a->small = 0;
+        a->n_streamed = 0;
+        memset(a->streamed_flag, 0, sizeof a->streamed_flag);
+    }
+}
 
 static void arrange(const k3_geometry *g, const uint32_t *by_size, uint64_t cap, uint64_t room, arrangement *a)
 {
@@ -100,7 +196,7 @@ static void arrange(const k3_geometry *g, const uint32_t *by_size, uint64_t cap,
         else { a->streamed_flag[by_size[i]] = 1; a->n_streamed++; a->streamed += b; }
     }
     if (!a->n_streamed) { a->need = a->resident; return; }
-    a->buffers = 2 * cap;
+    stream_buffers(g, a);
     a->need = a->resident + a->buffers;
     uint64_t left = room > a->need ? room - a->need : 0;
     for (uint32_t i = 0; i < g->n_units; i++) {            /* largest first: fewest bytes read per token */
@@ -112,24 +208,18 @@ static void arrange(const k3_geometry *g, const uint32_t *by_size, uint64_t cap,
         a->streamed -= g->unit_bytes[u];
         a->n_streamed--;
     }
-    uint64_t big = 0;                                      /* the buffers shrink to the largest left */
-    for (uint32_t u = 0; u < g->n_units; u++)
-        if (a->streamed_flag[u] && g->unit_bytes[u] > big) big = g->unit_bytes[u];
-    a->buffers = 2 * big;
-    if (a->n_streamed <= 2) {                              /* they would sit in the buffers for good */
-        a->resident += a->streamed;
-        a->streamed = a->buffers = 0;
-        a->n_streamed = 0;
-        memset(a->streamed_flag, 0, sizeof a->streamed_flag);
-    }
+    stream_buffers(g, a);                                  /* they shrink to what is left */
 }
 
 static const k3_geometry *sort_geo;
 static int by_size_desc(const void *x, const void *y)
 {
     uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
-    uint64_t sa = sort_geo->unit_bytes[a], sb = sort_geo->unit_bytes[b];
-    return sa != sb ? (sa < sb ? 1 : -1) : (a > b) - (a < b);
+    const k3_geometry *g = sort_geo;
+    if (g->unit_bytes[a] != g->unit_bytes[b]) return g->unit_bytes[a] < g->unit_bytes[b] ? 1 : -1;
+    if (g->piece_bytes[a] != g->piece_bytes[b]) return g->piece_bytes[a] < g->piece_bytes[b] ? 1 : -1;
+    if (g->small_bytes[a] != g->small_bytes[b]) return g->small_bytes[a] < g->small_bytes[b] ? 1 : -1;
+    return (a > b) - (a < b);
 }
 
 /* What a plan costs and saves, for comparing arrangements. */
@@ -156,24 +246,30 @@ static double disk_for(const k3_geometry *g, uint64_t streamed, uint64_t slots)
 }
 
 /*
- * The exact search. Units of equal size are interchangeable, so a choice of streamed units is
- * a count per size class; every count vector with 0 or at least 3 streamed units whose memory
- * (resident units + 2 x the largest streamed unit) fits in `room` is tried, and the one with the
- * fewest expected bytes read per token wins (ties: more trunk resident, then less memory). Real
- * models have a handful of unit sizes (K3: 4, so 6,900 vectors); returns 0 without trying when
- * there are more than K3_PLAN_EXACT_MAX vectors (the caller then uses arrange()'s heuristic).
+ * The exact search. Units of equal size (and equal pieces) are interchangeable, so a choice of
+ * streamed units is a count per class; every count vector whose memory (resident units + the
+ * stream buffers) fits in `room` is tried, and the one with the fewest expected bytes read per
+ * token wins (ties: more trunk resident, then less memory). One or two streamed units count only
+ * where one of them is read in row pieces (whole ones would stay in the buffers). Real models have
+ * a handful of classes (K3: 4, so 6,900 vectors); returns 0 without trying when there are more
+ * than K3_PLAN_EXACT_MAX vectors (the caller then uses arrange()'s heuristic).
  */
 #define K3_PLAN_EXACT_MAX (1u << 20)
 static int plan_exact(const plan_ctx *x, const uint32_t *by_size, arrangement *best, int *have)
 {
     const k3_geometry *g = x->g;
-    uint64_t size[K3_MAX_LAYERS + 1];
+    uint64_t size[K3_MAX_LAYERS + 1], piece[K3_MAX_LAYERS + 1], small[K3_MAX_LAYERS + 1];
     uint32_t cnt[K3_MAX_LAYERS + 1], first[K3_MAX_LAYERS + 1], s[K3_MAX_LAYERS + 1], m = 0;
+    uint8_t split[K3_MAX_LAYERS + 1];
     uint64_t vectors = 1;
     for (uint32_t i = 0; i < g->n_units; i++) {
-        uint64_t b = g->unit_bytes[by_size[i]];
-        if (m && size[m - 1] == b) { cnt[m - 1]++; continue; }
-        size[m] = b;
+        uint32_t u = by_size[i];
+        if (m && size[m - 1] == g->unit_bytes[u] && piece[m - 1] == g->piece_bytes[u] &&
+            small[m - 1] == g->small_bytes[u]) { cnt[m - 1]++; continue; }
+        size[m] = g->unit_bytes[u];
+        piece[m] = g->piece_bytes[u];
+        small[m] = g->small_bytes[u];
+        split[m] = (uint8_t)unit_split(g, u);
         cnt[m] = 1;
         first[m++] = i;
     }
@@ -186,15 +282,18 @@ static int plan_exact(const plan_ctx *x, const uint32_t *by_size, arrangement *b
     double best_disk = 0;
     *have = 0;
     for (;;) {
-        uint32_t n = 0;
-        uint64_t sum = 0, big = 0;
+        uint32_t n = 0, ns = 0;
+        uint64_t sum = 0, mp = 0, ms = 0;
         for (uint32_t c = 0; c < m; c++) {
+            if (!s[c]) continue;
             n += s[c];
+            ns += split[c] ? s[c] : 0;
             sum += s[c] * size[c];
-            if (s[c] && !big) big = size[c];             /* classes are largest first */
+            if (piece[c] > mp) mp = piece[c];
+            if (small[c] > ms) ms = small[c];
         }
-        if (n == 0 || n >= 3) {
-            uint64_t mem = g->trunk_bytes - sum + 2 * big;
+        if (n == 0 || n >= 3 || ns) {
+            uint64_t mem = g->trunk_bytes - sum + (n ? 2 * (mp + ms) : 0);
             if (mem <= x->room) {
                 double dk = disk_for(g, sum, slots_for(x, mem));
                 if (!*have || dk < best_disk || (dk == best_disk && (sum < best_sum || (sum == best_sum && mem < best_mem)))) {
@@ -206,9 +305,12 @@ static int plan_exact(const plan_ctx *x, const uint32_t *by_size, arrangement *b
                     for (uint32_t c = 0; c < m; c++)
                         for (uint32_t j = 0; j < s[c]; j++) best->streamed_flag[by_size[first[c] + j]] = 1;
                     best->n_streamed = n;
+                    best->n_split = ns;
                     best->streamed = sum;
                     best->resident = g->trunk_bytes - sum;
-                    best->buffers = 2 * big;
+                    best->piece = n ? mp : 0;
+                    best->small = n ? ms : 0;
+                    best->buffers = n ? 2 * (mp + ms) : 0;
                     best->need = mem;
                 }
             }
@@ -283,6 +385,10 @@ k3_err k3_plan_make(const k3_config *c, const k3_geometry *g, uint64_t budget, u
     p->n_streamed = best.n_streamed;
     p->trunk_resident = best.resident;
     p->stream_buffers = best.buffers;
+    p->piece_buffer = best.piece;
+    p->small_buffer = best.small;
+    p->n_chunked = best.n_split;
+    p->chunk = g->chunk;
     p->trunk_streamed = best.streamed;
     fixed += p->trunk_resident + p->stream_buffers;
     uint64_t slots = g->expert_stride ? (budget - fixed) / g->expert_stride : 0;

@@ -8,9 +8,15 @@
  *             stacks and the allocator
  *   trunk     the non-expert tensors in units: one unit per layer and the head
  *             (final norms, lm_head). A unit is resident, or streamed: read from
- *             disk every token through two buffers of the largest streamed unit
- *             (the next unit is read while this one computes). The embedding
- *             table is never resident: one row of it is read per token.
+ *             disk every token in pieces through two buffers (the next piece is
+ *             read while this one computes). A unit of at most one chunk
+ *             (K3_CHUNK, 64 MiB) is one piece; a larger one is read in row
+ *             pieces: its large matrices (k3_tensor_by_rows) in row ranges of at
+ *             most a chunk, the rest of it (norms, vectors, small matrices: its
+ *             "small part") into two more buffers, held while the layer computes.
+ *             A matrix-vector product is separable by rows, so the bits are the
+ *             same; real K3's floor drops from two 2.19 GiB units to two chunks.
+ *             The embedding table is never resident: one row of it per token.
  *   experts   a fixed-slot cache keyed by (layer, expert), at least 2 x top-k
  *             slots (one layer's experts plus room to read the next); the rest
  *             of the budget, up to every expert of the model
@@ -45,10 +51,37 @@ int k3_trunk_unit(const char *name, uint32_t n_layers);
 /* Bytes a tensor of `size` bytes takes in a unit's memory (O_DIRECT-readable: 4 KiB granules). */
 uint64_t k3_unit_span(uint64_t size);
 
+/* Row pieces (docs/PERFORMANCE.md, "Row pieces"). */
+#define K3_CHUNK_DEFAULT (64ull << 20)
+/* The chunk: K3_CHUNK=SIZE from the environment (at least 4 KiB; "off" or 0: never split a
+   unit), else K3_CHUNK_DEFAULT. UINT64_MAX for off. */
+uint64_t k3_chunk_bytes(void);
+/* 1 if a tensor of this name and shape is a matrix the model multiplies by rows, once per pass
+   (k3_lin): two dimensions, more than one row, not the MLA kv_b_proj (read per head, twice). */
+int k3_tensor_by_rows(const char *name, int ndim, const uint64_t *shape);
+/* 1 if such a tensor of `size` bytes is read in row pieces when its unit is larger than a chunk
+   (larger than a quarter chunk); 0: it goes into the unit's small part. */
+int k3_tensor_in_pieces(const char *name, int ndim, const uint64_t *shape, uint64_t size, uint64_t chunk);
+/* Rows of one piece of a [rows][row_bytes] matrix: as many as fit in `chunk` (at least 1),
+   rounded down to keep every piece's offset 4 KiB-aligned where that leaves at least one. */
+uint64_t k3_piece_rows(uint64_t rows, uint64_t row_bytes, uint64_t chunk);
+
+/* What one unit takes in the stream: sum over its tensors with k3_unit_add. */
+typedef struct k3_unit_acc {
+    uint64_t bytes;              /* every tensor (k3_unit_span each) */
+    uint64_t small;              /* the tensors not read in pieces */
+    uint64_t piece;              /* the largest row piece (span) */
+} k3_unit_acc;
+void k3_unit_add(k3_unit_acc *a, const char *name, int ndim, const uint64_t *shape, uint64_t size, uint64_t chunk);
+
 typedef struct k3_geometry {
     uint64_t trunk_bytes;        /* every unit (all non-expert tensors but the embedding table) */
     uint32_t n_units;            /* n_layers + 1: the layers, then the head */
     uint64_t unit_bytes[K3_MAX_LAYERS + 1];   /* [n_units] memory of one unit (k3_unit_span of its tensors) */
+    uint64_t chunk;              /* k3_chunk_bytes() when the geometry was made */
+    uint64_t piece_bytes[K3_MAX_LAYERS + 1];  /* [n_units] its largest piece when streamed: the whole unit
+                                                 (at most a chunk), else its largest row piece */
+    uint64_t small_bytes[K3_MAX_LAYERS + 1];  /* [n_units] its small part when read in row pieces, else 0 */
     uint64_t embed_row_bytes;    /* one embedding row */
     uint64_t expert_stride;      /* bytes of one expert slot (the largest record stride) */
     uint64_t expert_record;      /* bytes hashed per expert (the largest record size) */
@@ -76,7 +109,11 @@ typedef struct k3_plan {
     uint8_t unit_streamed[K3_MAX_LAYERS + 1];  /* [n_units] 1: read every token through the stream buffers */
     uint32_t n_streamed;
     uint64_t trunk_resident;     /* bytes of the resident units */
-    uint64_t stream_buffers;     /* 2 x the largest streamed unit (0: nothing streamed) */
+    uint64_t stream_buffers;     /* 2 x piece_buffer + 2 x small_buffer (0: nothing streamed) */
+    uint64_t piece_buffer;       /* the largest piece of a streamed unit (k3_geometry piece_bytes) */
+    uint64_t small_buffer;       /* the largest small part of a streamed unit read in row pieces */
+    uint64_t chunk;              /* = geometry chunk */
+    uint32_t n_chunked;          /* streamed units read in row pieces */
     uint64_t trunk_streamed;     /* bytes of the streamed units: read once per forward pass */
     uint64_t expert_slots;       /* slots of the expert cache */
     uint64_t expert_cache;       /* expert_slots x stride */

@@ -53,7 +53,7 @@ static const char *hs(uint64_t b, char *buf)
 
 void k3_plan_print(FILE *f, const k3_plan *p, const k3_geometry *g)
 {
-    char a[24], b[24], c[24];
+    char a[24], b[24], c[24], d[24];
     uint32_t n_res = p->n_units - p->n_streamed;
     fprintf(f, "Memory plan for a budget of %s (%llu bytes), context %u, batch %u\n", hs(p->budget, a),
             (unsigned long long)p->budget, p->context, p->batch);
@@ -74,9 +74,13 @@ void k3_plan_print(FILE *f, const k3_plan *p, const k3_geometry *g)
     fprintf(f, "    margin          %10s\n", hs(p->margin, a));
     fprintf(f, "    trunk, resident %10s (%u of %u units: %u layers and the head; the embedding table is "
             "not resident)\n", hs(p->trunk_resident, a), n_res, p->n_units, p->n_units ? p->n_units - 1 : 0);
-    if (p->n_streamed)
+    if (p->n_streamed && p->n_chunked)
+        fprintf(f, "    stream buffers  %10s (2 x %s pieces, 2 x %s small parts: %u units in row pieces of at "
+                "most %s)\n", hs(p->stream_buffers, a), hs(p->piece_buffer, b), hs(p->small_buffer, c),
+                p->n_chunked, hs(p->chunk, d));
+    else if (p->n_streamed)
         fprintf(f, "    stream buffers  %10s (2 x %s, the largest streamed unit)\n", hs(p->stream_buffers, a),
-                hs(p->stream_buffers / 2, b));
+                hs(p->piece_buffer, b));
     else
         fprintf(f, "    stream buffers  %10s (nothing is streamed)\n", hs(0, a));
     if (!g->n_experts_total)
@@ -111,9 +115,10 @@ static void set_u64(json_t *o, const char *k, uint64_t v) { json_object_set_new(
 json_t *k3_plan_json(const k3_plan *p, const k3_geometry *g)
 {
     json_t *o = json_object(), *tr = json_object(), *ub = json_array(), *st = json_array(), *ex = json_object(),
-           *io = json_object();
-    if (!o || !tr || !ub || !st || !ex || !io) {
+           *io = json_object(), *pb = json_array(), *sb = json_array();
+    if (!o || !tr || !ub || !st || !ex || !io || !pb || !sb) {
         json_decref(o); json_decref(tr); json_decref(ub); json_decref(st); json_decref(ex); json_decref(io);
+        json_decref(pb); json_decref(sb);
         return NULL;
     }
     uint64_t disk = k3_plan_disk_bytes_per_token(p, g);
@@ -135,15 +140,23 @@ json_t *k3_plan_json(const k3_plan *p, const k3_geometry *g)
     set_u64(tr, "bytes", g->trunk_bytes);
     for (uint32_t u = 0; u < p->n_units; u++) {
         json_array_append_new(ub, json_integer((json_int_t)g->unit_bytes[u]));
+        json_array_append_new(pb, json_integer((json_int_t)g->piece_bytes[u]));
+        json_array_append_new(sb, json_integer((json_int_t)g->small_bytes[u]));
         if (p->unit_streamed[u])
             json_array_append_new(st, u + 1 == p->n_units ? json_string("head") : json_integer(u));
     }
     json_object_set_new(tr, "unit_bytes", ub);
+    json_object_set_new(tr, "unit_piece_bytes", pb);
+    json_object_set_new(tr, "unit_small_bytes", sb);
     set_u64(tr, "resident_units", p->n_units - p->n_streamed);
     set_u64(tr, "resident_bytes", p->trunk_resident);
     json_object_set_new(tr, "streamed", st);
     set_u64(tr, "streamed_bytes", p->trunk_streamed);
     set_u64(tr, "stream_buffer_bytes", p->stream_buffers);
+    set_u64(tr, "piece_buffer_bytes", p->piece_buffer);
+    set_u64(tr, "small_buffer_bytes", p->small_buffer);
+    set_u64(tr, "chunked_units", p->n_chunked);
+    set_u64(tr, "chunk_bytes", p->chunk == UINT64_MAX ? 0 : p->chunk);
     json_object_set_new(o, "trunk", tr);
 
     set_u64(ex, "moe_layers", g->n_moe_layers);

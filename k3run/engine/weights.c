@@ -87,14 +87,6 @@ uint32_t k3w_expert_capacity(const k3_weights *w)
     return w->o.expert_slots ? (uint32_t)(w->n_slots < UINT32_MAX ? w->n_slots : UINT32_MAX) : UINT32_MAX;
 }
 
-static void *page_alloc(uint64_t n)
-{
-    void *p = NULL;
-    if (n > SIZE_MAX - 4096) return NULL;
-    if (posix_memalign(&p, 4096, (size_t)(n ? n : 4096))) return NULL;
-    return p;
-}
-
 static int name_cmp(const void *a, const void *b)
 {
     const k3_tensor *x = *(const k3_tensor *const *)a, *y = *(const k3_tensor *const *)b;
@@ -145,93 +137,6 @@ static k3_err open_trunk(k3_weights *w, k3_diag *d)
     return K3_OK;
 }
 
-/* Group the tensors into units and lay each unit out: tensor i of a unit at pos[i]. */
-static k3_err build_units(k3_weights *w, k3_diag *d)
-{
-    k3_manifest *m = &w->mf;
-    uint32_t nu = w->n_layers + 1;
-    w->units = calloc(nu, sizeof *w->units);
-    w->cur_unit = -1;
-    int *unit_of = malloc((m->n_tensors ? m->n_tensors : 1) * sizeof *unit_of);
-    if (!w->units || !unit_of) { free(unit_of); return k3_fail(d, K3_ERR_NOMEM, "out of memory"); }
-    for (uint32_t i = 0; i < m->n_tensors; i++) {
-        unit_of[i] = m->shards[m->tensors[i].shard].kind == K3_SHARD_TRUNK ?
-                     k3_trunk_unit(m->tensors[i].name, w->n_layers) : -1;
-        if (unit_of[i] >= 0) w->units[unit_of[i]].n++;
-    }
-    for (uint32_t u = 0; u < nu; u++) {
-        trunk_unit *un = &w->units[u];
-        un->ti = malloc((un->n ? un->n : 1) * sizeof *un->ti);
-        un->pos = malloc((un->n ? un->n : 1) * sizeof *un->pos);
-        if (!un->ti || !un->pos) { free(unit_of); return k3_fail(d, K3_ERR_NOMEM, "out of memory"); }
-        un->n = 0;
-        un->streamed = w->o.unit_streamed ? w->o.unit_streamed[u] : 0;
-    }
-    for (uint32_t i = 0; i < m->n_tensors; i++) {          /* manifest order: shard, then offset */
-        if (unit_of[i] < 0) continue;
-        trunk_unit *un = &w->units[unit_of[i]];
-        un->ti[un->n] = i;
-        un->pos[un->n++] = un->bytes;
-        un->bytes += k3_unit_span(m->tensors[i].size);
-    }
-    free(unit_of);
-    return K3_OK;
-}
-
-/* Point unit u's tensors at mem (NULL: the unit is not in memory). */
-static void place_unit(k3_weights *w, int u, uint8_t *mem)
-{
-    trunk_unit *un = &w->units[u];
-    un->mem = mem;
-    for (uint32_t k = 0; k < un->n; k++)
-        w->tensors[un->ti[k]].mat.data = mem ? mem + un->pos[k] : NULL;
-}
-
-/* Queue the reads of unit u into mem. */
-static void submit_unit(k3_weights *w, int u, uint8_t *mem)
-{
-    trunk_unit *un = &w->units[u];
-    k3io_job *jobs[64];
-    int nj = 0;
-    for (uint32_t k = 0; k < un->n; k++) {
-        const k3_mf_tensor *mt = &w->mf.tensors[un->ti[k]];
-        k3io_job *j = &w->tjob[un->ti[k]];
-        j->fd = w->shard_fd[mt->shard];
-        j->fd_direct = mt->offset % 4096 == 0 ? w->shard_fd_direct[mt->shard] : -1;
-        j->off = mt->offset;
-        j->size = mt->size;
-        j->span = k3_unit_span(mt->size);
-        j->dst = mem + un->pos[k];
-        j->verify = w->o.verify_reads;
-        j->hash = mt->hash;
-        jobs[nj++] = j;
-        if (nj == 64 || k + 1 == un->n) { k3io_submit(w->io, jobs, nj); nj = 0; }
-    }
-}
-
-/* Wait for unit u's reads; the first failure is the error. */
-static k3_err wait_unit(k3_weights *w, int u, k3_progress *pg, k3_diag *d)
-{
-    trunk_unit *un = &w->units[u];
-    k3_err e = K3_OK;
-    for (uint32_t k = 0; k < un->n; k++) {
-        k3io_job *j = &w->tjob[un->ti[k]];
-        const k3_mf_tensor *mt = &w->mf.tensors[un->ti[k]];
-        if (k3io_wait(w->io, j) && !e)
-            e = k3_fail(d, j->bad_hash ? K3_ERR_CORRUPT : K3_ERR_IO,
-                        "'%s': tensor '%s' at offset %" PRIu64 " (%" PRIu64 " bytes): %s",
-                        w->shard_path[mt->shard], mt->name, mt->offset, mt->size, j->why);
-        w->st.read_seconds += j->seconds;
-        w->st.hash_seconds += j->hash_seconds;
-        if (!j->failed) {
-            w->bytes_read += mt->size;
-            w->st.trunk_bytes_read += mt->size;
-        }
-        if (pg) k3_progress_update(pg, w->bytes_read, NULL);
-    }
-    return e;
-}
-
 /* The embedding table: hashed once here (a row cannot be checked alone), then read a row at a
    time by k3w_embed_row. */
 static k3_err open_embed(k3_weights *w, k3_progress *pg, k3_diag *d)
@@ -271,111 +176,6 @@ static k3_err open_embed(k3_weights *w, k3_progress *pg, k3_diag *d)
     free(buf);
     k3_hasher64_free(h);
     return e;
-}
-
-/* Read every resident unit now (all queued at once, the readers work in parallel); set up the
-   two stream buffers and start reading the first streamed unit. */
-static k3_err load_units(k3_weights *w, k3_progress *pg, k3_diag *d)
-{
-    uint32_t nu = w->n_layers + 1;
-    uint64_t big = 0;
-    for (uint32_t u = 0; u < nu; u++) {
-        trunk_unit *un = &w->units[u];
-        if (un->streamed) { if (un->bytes > big) big = un->bytes; continue; }
-        if (!(un->mem = page_alloc(un->bytes)))
-            return k3_fail(d, K3_ERR_NOMEM, "out of memory for the trunk of %s %u (%" PRIu64 " bytes)",
-                           u < w->n_layers ? "layer" : "the head", u, un->bytes);
-        submit_unit(w, (int)u, un->mem);
-    }
-    k3_err e = K3_OK;
-    for (uint32_t u = 0; u < nu; u++) {
-        if (w->units[u].streamed) continue;
-        k3_err eu = wait_unit(w, (int)u, pg, d);       /* wait for all, even after a failure */
-        if (!e) e = eu;
-        place_unit(w, (int)u, w->units[u].mem);
-    }
-    if (e) return e;
-    w->cur_buf = -1;
-    for (int b = 0; b < 2; b++) {
-        w->sb[b].unit = -1;
-        if (big && !(w->sb[b].mem = page_alloc(big)))
-            return k3_fail(d, K3_ERR_NOMEM, "out of memory for the trunk stream buffers (2 x %" PRIu64 " bytes)", big);
-    }
-    for (uint32_t u = 0; u < nu; u++)
-        if (w->units[u].streamed) {
-            w->sb[0].unit = (int)u;
-            w->sb[0].pending = 1;
-            submit_unit(w, (int)u, w->sb[0].mem);
-            break;
-        }
-    return K3_OK;
-}
-
-/* Wait for buffer b's reads if any are in flight; their failure is reported only if asked. */
-static k3_err settle(k3_weights *w, int b, int report, k3_diag *d)
-{
-    stream_buf *s = &w->sb[b];
-    if (!s->pending) return K3_OK;
-    s->pending = 0;
-    k3_diag scratch;
-    k3_err e = wait_unit(w, s->unit, NULL, report ? d : &scratch);
-    w->st.units_streamed++;
-    if (e && !report) s->unit = -1;                   /* a failed prefetch nobody asked for: forget it */
-    return report ? e : K3_OK;
-}
-
-void k3w_pass_end(k3_weights *w)
-{
-    if (w->cur_unit >= 0) w->units[w->cur_unit].seconds += k3_now() - w->unit_t0;
-    w->cur_unit = -1;
-}
-
-void k3w_unit_seconds(const k3_weights *w, double *out)
-{
-    for (uint32_t u = 0; u <= w->n_layers; u++) out[u] = w->units[u].seconds;
-}
-
-k3_err k3w_layer_begin(k3_weights *w, int layer, k3_diag *d)
-{
-    if (layer < -1 || layer >= (int)w->n_layers) return k3_fail(d, K3_ERR_INTERNAL, "no layer %d", layer);
-    int u = layer < 0 ? (int)w->n_layers : layer, nu = (int)w->n_layers + 1;
-    double t0 = k3_now();
-    k3w_pass_end(w);
-    w->cur_unit = u;
-    w->unit_t0 = t0;
-    if (!w->units[u].streamed) return K3_OK;
-    int b = w->sb[0].unit == u ? 0 : w->sb[1].unit == u ? 1 : -1;
-    if (b < 0) {                                       /* not prefetched (first pass, or out of order) */
-        b = w->cur_buf == 0 ? 1 : 0;
-        settle(w, b, 0, d);
-        if (w->sb[b].unit >= 0) place_unit(w, w->sb[b].unit, NULL);
-        w->sb[b].unit = u;
-        w->sb[b].pending = 1;
-        submit_unit(w, u, w->sb[b].mem);
-    }
-    k3_err e = settle(w, b, 1, d);
-    if (e) {
-        w->sb[b].unit = -1;
-        place_unit(w, u, NULL);
-        return e;
-    }
-    place_unit(w, u, w->sb[b].mem);
-    w->cur_buf = b;
-    int next = u;                                      /* the next streamed unit, cyclically */
-    for (int i = 1; i < nu; i++) {
-        int v = (u + i) % nu;
-        if (w->units[v].streamed) { next = v; break; }
-    }
-    int o = 1 - b;
-    if (next != u && w->sb[o].unit != next) {
-        settle(w, o, 0, d);
-        if (w->sb[o].unit >= 0) place_unit(w, w->sb[o].unit, NULL);
-        w->sb[o].unit = next;
-        w->sb[o].pending = 1;
-        submit_unit(w, next, w->sb[o].mem);
-    }
-    w->st.wait_seconds += k3_now() - t0;
-    return K3_OK;
 }
 
 /* Find a tensor by full name in the sorted index (bsearch). */
@@ -438,13 +238,13 @@ k3_err k3_weights_load(k3_weights *w, const k3_weights_opts *o, k3_diag *d)
     k3_progress *pp = o->progress ? &pg : NULL;
     if (pp) k3_progress_start(pp, "loading", total);
     k3_err e = open_trunk(w, d);
-    if (!e) e = build_units(w, d);
+    if (!e) e = build_index(w, d);
+    if (!e) e = k3w_build_units(w, d);
     if (!e) e = open_embed(w, pp, d);
-    if (!e) e = load_units(w, pp, d);
+    if (!e) e = k3w_load_units(w, pp, d);
     if (!e) e = k3w_load_experts(w, pp, d);
     if (pp) k3_progress_end(pp);
     if (!e && o->expert_slots) e = k3w_cache_init(w, d);
-    if (!e) e = build_index(w, d);
     return e;
 }
 
@@ -452,15 +252,7 @@ void k3_weights_free(k3_weights *w)
 {
     if (!w) return;
     k3io_free(w->io);                                 /* waits for reads still in flight */
-    if (w->units)
-        for (uint32_t u = 0; u <= w->n_layers; u++) {
-            if (!w->units[u].streamed) free(w->units[u].mem);
-            free(w->units[u].ti);
-            free(w->units[u].pos);
-        }
-    free(w->units);
-    free(w->sb[0].mem);
-    free(w->sb[1].mem);
+    k3w_units_free(w);
     if (w->shard_fd)
         for (uint32_t s = 0; s < w->mf.n_shards; s++) {
             if (w->shard_fd[s] >= 0) close(w->shard_fd[s]);
@@ -484,30 +276,6 @@ const k3_tensor *k3w_get(k3_weights *w, int layer, k3_wid id)
 {
     if (layer < -1 || layer >= (int)w->n_layers) return NULL;
     return w->idx[layer + 1][id];
-}
-
-/* A tensor of the next unit for the lookahead (weights.h): it reads the trunk's stream buffers,
-   so it lives with them, not with the experts. */
-const k3_tensor *k3w_get_ahead(k3_weights *w, int layer, k3_wid id, k3_tensor *tmp)
-{
-    const k3_tensor *t = k3w_get(w, layer, id);
-    if (!t || t->mat.data) return t;                   /* absent, or in memory (resident, or current) */
-    int u = layer < 0 ? (int)w->n_layers : layer;
-    trunk_unit *un = &w->units[u];
-    int b = w->sb[0].unit == u ? 0 : w->sb[1].unit == u ? 1 : -1;
-    if (!un->streamed || b < 0) return NULL;           /* not read yet: k3w_layer_begin will */
-    uint32_t ti = (uint32_t)(t - w->tensors), k = 0;
-    while (k < un->n && un->ti[k] != ti) k++;
-    if (k == un->n) return NULL;
-    if (w->sb[b].pending) {                            /* the one tensor's read; layer_begin takes the rest */
-        double t0 = k3_now();
-        int bad = k3io_wait(w->io, &w->tjob[ti]);
-        w->st.wait_seconds += k3_now() - t0;
-        if (bad) return NULL;
-    }
-    *tmp = *t;
-    tmp->mat.data = w->sb[b].mem + un->pos[k];
-    return tmp;
 }
 
 void k3w_vec(const k3_tensor *t, float *dst)

@@ -16,6 +16,10 @@
  * The model brackets each layer with k3w_layer_begin (the head: layer -1);
  * a tensor's data pointer is valid from its unit's begin until the next
  * streamed unit's begin. Metadata (name, shape, encoding) is always valid.
+ * In a unit larger than a chunk (plan.h), the large matrices have no data
+ * pointer: the model takes them by rows with k3w_rows, each once per pass, in
+ * k3_wid order, and the rows are valid until the next k3w_rows; its other
+ * tensors (the small part) are valid for the whole unit.
  */
 #ifndef K3_WEIGHTS_H
 #define K3_WEIGHTS_H
@@ -27,7 +31,8 @@
 #include "k3_manifest.h"
 #include "kern.h"
 
-/* Tensors of one layer (or of the model, layer -1). */
+/* Tensors of one layer (or of the model, layer -1), in the order the model uses them: a unit
+   read in row pieces streams its large matrices in this order (k3w_rows). */
 typedef enum k3_wid {
     /* per layer: norms and Attention Residuals */
     K3W_IN_NORM, K3W_POST_NORM, K3W_ARES_NORM, K3W_ARES_PROJ, K3W_MRES_NORM, K3W_MRES_PROJ,
@@ -41,8 +46,8 @@ typedef enum k3_wid {
     /* dense FFN */
     K3W_FFN_GATE, K3W_FFN_UP, K3W_FFN_DOWN,
     /* MoE (non-routed parts) */
-    K3W_MOE_ROUTER, K3W_MOE_BIAS, K3W_MOE_SH_GATE, K3W_MOE_SH_UP, K3W_MOE_SH_DOWN,
-    K3W_MOE_LAT_DOWN, K3W_MOE_LAT_UP, K3W_MOE_LAT_NORM,
+    K3W_MOE_ROUTER, K3W_MOE_BIAS, K3W_MOE_LAT_DOWN, K3W_MOE_LAT_NORM, K3W_MOE_LAT_UP,
+    K3W_MOE_SH_GATE, K3W_MOE_SH_UP, K3W_MOE_SH_DOWN,
     /* model level (layer -1) */
     K3W_EMBED, K3W_FINAL_NORM, K3W_OUT_RES_NORM, K3W_OUT_RES_PROJ, K3W_LM_HEAD,
     K3W__COUNT
@@ -69,6 +74,7 @@ typedef struct k3_weights_opts {
                                 many slots, filled on demand (pread, O_DIRECT where possible) */
     const uint8_t *unit_streamed;  /* [n_layers + 1] (plan.h units: layers, then the head), 1: streamed
                                       through two buffers, read every forward pass; NULL: all resident */
+    uint64_t chunk;          /* units larger than this are streamed in row pieces (the plan's chunk); 0: k3_chunk_bytes() */
 } k3_weights_opts;
 
 /* Counters since open (expert counters stay zero when every expert is resident). */
@@ -77,7 +83,8 @@ typedef struct k3_weights_stats {
     uint64_t bytes_read;         /* from disk: everything */
     uint64_t trunk_bytes_read;   /* of it: trunk units (at load, and streamed ones every pass) */
     uint64_t expert_bytes_read;  /* of it: expert records */
-    uint64_t units_streamed;     /* streamed trunk units read */
+    uint64_t units_streamed;     /* streamed trunk units read (a unit in row pieces: its small part) */
+    uint64_t pieces_streamed;    /* row pieces read (units larger than a chunk) */
     double wait_seconds;         /* the compute thread blocked on reads (trunk units and experts) */
     double read_seconds;         /* time of the reads themselves (with their hash checks), summed
                                     over reader threads */
@@ -114,6 +121,15 @@ void k3w_pass_end(k3_weights *w);
 /* Wall seconds spent in each unit so far, from its k3w_layer_begin to the next begin or
    k3w_pass_end (reads waited for included): out [n_layers + 1], the head last. */
 void k3w_unit_seconds(const k3_weights *w, double *out);
+
+/* Rows [r0, *r1) of tensor t in memory as *view (rows = *r1 - r0, data at row r0), r0 < rows: all
+   the rest for a tensor in memory, else the row piece starting at r0 (waiting for its read, and
+   starting the next piece's). Returns 0; nonzero when the read or its hash failed (a piece's hash
+   is the whole tensor's, checked at its last piece: nothing computed from it is used before), and
+   the next k3w_check or k3w_layer_begin reports the error. */
+int k3w_rows(k3_weights *w, const k3_tensor *t, uint32_t r0, k3_mat *view, uint32_t *r1);
+/* The error a failed k3w_rows left (and clears it); K3_OK if none. */
+k3_err k3w_check(k3_weights *w, k3_diag *d);
 
 /* A layer's tensor (layer -1: model level), or NULL when the model has none. */
 const k3_tensor *k3w_get(k3_weights *w, int layer, k3_wid id);

@@ -1,14 +1,16 @@
 /*
  * weights_impl.h - the inside of k3_weights, shared by weights.c (manifest,
- * shards, trunk units, streaming, embedding rows), weights_experts.c (the
- * expert records: all resident, or the fixed-slot cache) and weights_shard.c
- * (shard headers checked against the manifest). Calls go one way:
- * weights.c -> weights_experts.c -> weights_shard.c.
+ * shards, trunk units, embedding rows), weights_stream.c (the streamed trunk:
+ * pieces, row pieces, the stream buffers), weights_experts.c (the expert
+ * records: all resident, or the fixed-slot cache) and weights_shard.c (shard
+ * headers checked against the manifest). Calls go one way: weights.c ->
+ * weights_stream.c, weights.c -> weights_experts.c -> weights_shard.c.
  */
 #ifndef K3_WEIGHTS_IMPL_H
 #define K3_WEIGHTS_IMPL_H
 
 #include "io.h"
+#include "k3_hash.h"
 #include "k3_progress.h"
 #include "k3_shard.h"
 #include "plan.h"
@@ -39,19 +41,37 @@ typedef struct expert_layer {
 typedef struct trunk_unit {
     uint32_t n;               /* tensors */
     uint32_t *ti;             /* [n] manifest tensor indices, in file order */
-    uint64_t *pos;            /* [n] where each tensor starts in the unit's memory (4 KiB-aligned) */
+    uint64_t *pos;            /* [n] where each tensor starts in the unit's memory, or (split) in its small
+                                 part; UINT64_MAX for a tensor read in row pieces (4 KiB-aligned) */
     uint64_t bytes;           /* the unit's memory: sum of k3_unit_span */
+    uint64_t small;           /* split: bytes of the small part */
     int streamed;
+    int split;                /* streamed in row pieces (larger than a chunk) */
+    uint32_t piece0, n_pieces;/* streamed: its pieces, w->pieces[piece0 ..) (a whole unit: one) */
     double seconds;           /* wall time the model spent in this unit (k3w_layer_begin to the next) */
     uint8_t *mem;             /* resident: owned [bytes], 4 KiB-aligned; streamed: the buffer it is in, or NULL */
 } trunk_unit;
 
-/* One of the two stream buffers. */
+/* A piece of the stream: a whole unit (ti = UINT32_MAX), or rows [r0, r1) of one tensor of a split unit. */
+typedef struct stream_piece {
+    uint32_t unit, ti, r0, r1;
+    uint64_t bytes;           /* its memory (k3_unit_span) */
+} stream_piece;
+
+/* One of the two piece buffers. */
 typedef struct stream_buf {
-    uint8_t *mem;             /* [stream bytes] 4 KiB-aligned */
-    int unit;                 /* the unit in it (being read or read), -1 none */
+    uint8_t *mem;             /* [piece buffer bytes] 4 KiB-aligned */
+    int piece;                /* the piece in it (being read or read), -1 none */
     int pending;              /* its reads were submitted and not yet waited for */
+    k3io_job job;             /* the read of a row piece (a whole unit uses its tensors' tjob) */
 } stream_buf;
+
+/* One of the two small-part buffers (split units). */
+typedef struct small_buf {
+    uint8_t *mem;             /* [small buffer bytes] 4 KiB-aligned */
+    int unit;                 /* the unit whose small part is in it, -1 none */
+    int pending;
+} small_buf;
 
 struct k3_weights {
     char *dir;
@@ -66,8 +86,17 @@ struct k3_weights {
     int *shard_fd, *shard_fd_direct;   /* [mf.n_shards] trunk shards, -1 if not open */
     char **shard_path;        /* [mf.n_shards] */
     trunk_unit *units;        /* [n_layers + 1] */
+    uint64_t chunk;           /* k3_chunk_bytes() at load */
+    stream_piece *pieces;     /* [n_pieces] every streamed unit's pieces, in unit order: the stream's cycle */
+    uint32_t n_pieces;
+    uint32_t *tpiece, *trows; /* [mf.n_tensors] a tensor read in row pieces: its first piece, rows per piece */
+    k3_hasher64 **thash;      /* [mf.n_tensors] its XXH3-64 state across its pieces (NULL for others) */
+    uint32_t *thashed;        /* [mf.n_tensors] rows hashed so far in this read of it (UINT32_MAX: broken) */
     stream_buf sb[2];
-    int cur_buf;              /* the buffer the model is using, -1 none */
+    small_buf ssb[2];
+    int cur_buf;              /* the piece buffer the model is using, -1 none */
+    k3_err err;               /* a failed row piece (k3w_rows), reported by the next k3w_check */
+    k3_diag err_d;
     int cur_unit;             /* the unit the model is in (timing), -1 between passes */
     double unit_t0;           /* when it entered it */
     const k3_tensor *(*idx)[K3W__COUNT];   /* [n_layers + 1]: row 0 = model level */
@@ -103,6 +132,12 @@ struct k3_weights {
     int n_fly;
     uint8_t *acq_pf;          /* [max(n_slots, 1)] order[i] is a hit whose read ahead is still in flight */
 };
+
+/* The streamed trunk (weights_stream.c): units laid out and their pieces listed; resident units
+   read and the stream started; freed. */
+k3_err k3w_build_units(k3_weights *w, k3_diag *d);
+k3_err k3w_load_units(k3_weights *w, k3_progress *pg, k3_diag *d);
+void k3w_units_free(k3_weights *w);
 
 /* The experts (weights_experts.c): read them all (no cache), or set up the cache's slots. */
 k3_err k3w_load_experts(k3_weights *w, k3_progress *pg, k3_diag *d);

@@ -92,7 +92,8 @@ k3_err k3_load_model(const k3_load_opts *o, k3_loaded *l, k3_diag *d)
     const k3_plan *p = &l->plan;
     l->wo = (k3_weights_opts){.verify_reads = o->verify_reads, .progress = 1,
                               .expert_slots = p->experts_all_resident ? 0 : p->expert_slots,
-                              .unit_streamed = p->n_streamed ? p->unit_streamed : NULL};
+                              .unit_streamed = p->n_streamed ? p->unit_streamed : NULL,
+                              .chunk = p->chunk};
     k3_err e = k3_weights_load(l->w, &l->wo, d);
     if (e) return e;
     k3_model_opts mo = {.max_batch = o->batch, .context = o->context, .isa = o->isa, .all_logits = o->all_logits,

@@ -288,6 +288,8 @@ checked:
             json_object_set_new(doc, "trunk_units_streamed", json_integer((json_int_t)plan.n_streamed));
             json_object_set_new(doc, "trunk_resident_bytes", json_integer((json_int_t)plan.trunk_resident));
             json_object_set_new(doc, "stream_buffer_bytes", json_integer((json_int_t)plan.stream_buffers));
+            json_object_set_new(doc, "trunk_units_in_pieces", json_integer((json_int_t)plan.n_chunked));
+            json_object_set_new(doc, "trunk_pieces_read", json_integer((json_int_t)ws.pieces_streamed));
             json_object_set_new(doc, "expected_disk_bytes_per_token", json_real(plan.disk_per_token));
             json_t *per = k3_runstats_json(&rs);
             json_object_update(doc, per);

@@ -4,8 +4,8 @@
 #     need --plan; bad values exit 2; a missing config exits 3.
 #  2. the presets and a range of budgets, as --json: every part of the plan is
 #     recomputed here from its definition (resident = buffers + margin +
-#     resident trunk + 2 stream buffers of the largest streamed unit + expert
-#     slots; expert reads under uniform routing; disk bytes = streamed trunk +
+#     resident trunk + 2 stream buffers of the largest streamed piece and 2 of
+#     the largest small part of a unit read in row pieces + expert slots; expert reads under uniform routing; disk bytes = streamed trunk +
 #     expert bytes + one embedding row; I/O seconds = bytes / (GB/s x 10^9));
 #     resident <= budget; the MLA cache is K3's (24 MLA layers x context x
 #     (512 + 64) x 4 bytes); a bigger budget never reads more per token.
@@ -13,8 +13,9 @@
 #     exit 2 and a message naming the minimum in bytes.
 #  4. a sparse full-size K3 pack and the tiny test model's pack (k3_mkpack_sparse,
 #     ~20 s): the per-unit trunk bytes and expert geometry are recomputed
-#     independently from manifest.json, and the plan from the pack is identical
-#     to the plan from config.json alone.
+#     independently from manifest.json (with the row pieces of units larger
+#     than the chunk: docs/PERFORMANCE.md "Row pieces"), and the plan from the
+#     pack is identical to the plan from config.json alone.
 #     No tolerance is needed: the config path lays tensors out by k3pack's rules
 #     (FORMAT.md: tensors 4 KiB-aligned, record parts 64-aligned, records at a
 #     4 KiB stride), so any difference is a layout drift between k3pack and the
@@ -53,7 +54,7 @@ expect_rc 1 "an invalid config"
 
 # --------------------------------------------- 2. presets and budgets, checked
 : >"$T/list"
-for b in laptop workstation server 6G 7G 10G 16G 32G 64G 100G 110G 160G 300G 2T; do
+for b in laptop workstation server 2G 6G 7G 10G 16G 32G 64G 100G 110G 160G 300G 2T; do
     case $b in [a-z]*) opt=--preset ;; *) opt=--budget ;; esac
     run --plan $opt "$b" --json "$cfg"
     expect_rc 0 "--plan $opt $b"
@@ -86,11 +87,19 @@ def check(p, name):
     need(len(units) == n_layers + 1 == tr["units"] and sum(units) == tr["bytes"], name + ": units")
     streamed = [n_layers if u == "head" else u for u in tr["streamed"]]
     need(all(isinstance(u, int) and 0 <= u < n_layers for u in tr["streamed"] if u != "head"), name + ": streamed list")
-    need(len(streamed) == 0 or len(streamed) >= 3, name + ": %d units streamed" % len(streamed))
+    chunk = tr["chunk_bytes"] or float("inf")
+    piece, small = tr["unit_piece_bytes"], tr["unit_small_bytes"]
+    split = [u > chunk for u in units]
+    need(all(piece[i] == units[i] and small[i] == 0 for i in range(len(units)) if not split[i]), name + ": whole units")
+    need(all(0 < piece[i] <= chunk and small[i] < units[i] for i in range(len(units)) if split[i]), name + ": pieces")
+    need(len(streamed) == 0 or len(streamed) >= 3 or any(split[u] for u in streamed),
+         name + ": %d whole units streamed" % len(streamed))
+    need(tr["chunked_units"] == sum(split[u] for u in streamed), name + ": units in pieces")
     need(tr["streamed_bytes"] == sum(units[u] for u in streamed), name + ": streamed bytes")
     need(tr["resident_bytes"] == tr["bytes"] - tr["streamed_bytes"], name + ": resident trunk")
     need(tr["resident_units"] == len(units) - len(streamed), name + ": resident units")
-    need(tr["stream_buffer_bytes"] == 2 * max([units[u] for u in streamed] or [0]), name + ": stream buffers")
+    need(tr["stream_buffer_bytes"] == (2 * (max(piece[u] for u in streamed) + max(small[u] for u in streamed))
+                                       if streamed else 0), name + ": stream buffers")
     need(ex["moe_layers"] == n_layers - cfg["first_k_dense_replace"] and ex["top_k"] == cfg["num_experts_per_token"] and
          ex["total"] == ex["moe_layers"] * cfg["num_experts"], name + ": expert counts")
     need(ex["cache_bytes"] == ex["slots"] * ex["slot_bytes"] and ex["slots"] <= ex["total"], name + ": expert cache")
@@ -101,11 +110,15 @@ def check(p, name):
     need(p["resident_bytes"] <= p["budget_bytes"], name + ": resident %d > budget %d" % (p["resident_bytes"], p["budget_bytes"]))
     need(ex["all_resident"] or p["budget_bytes"] - p["resident_bytes"] < ex["slot_bytes"], name + ": a slot left unused")
     need(p["minimum_bytes"] <= p["budget_bytes"], name + ": budget below the minimum accepted")
-    # the least memory: stream every unit of at most `cap` bytes (at least 3 of them) through two
-    # buffers of `cap`, keep the others; or keep everything; plus 2 x top-k expert slots
+    # the least memory: stream every unit of at most `cap` bytes (at least 3 of them, or any read in
+    # row pieces) through the stream buffers, keep the others; or keep everything; plus 2 x top-k
+    # expert slots
     T = sum(units)
-    least = min([T] + [T - sum(u for u in units if u <= cap) + 2 * cap
-                       for cap in set(units) if sum(1 for u in units if u <= cap) >= 3])
+    def stream_all_to(cap):
+        S = [i for i in range(len(units)) if units[i] <= cap]
+        if len(S) < 3 and not any(split[i] for i in S): return T
+        return T - sum(units[i] for i in S) + 2 * (max(piece[i] for i in S) + max(small[i] for i in S))
+    least = min([T] + [stream_all_to(cap) for cap in set(units)])
     need(p["minimum_bytes"] == p["buffers_bytes"] - p["verify_bytes"] + p["margin_bytes"] + least +
          min(2 * ex["top_k"], ex["total"]) * ex["slot_bytes"], name + ": minimum %d" % p["minimum_bytes"])
     need(p["mla_cache_bytes"] == n_mla * p["context"] * mla_row, name + ": MLA cache %d" % p["mla_cache_bytes"])
@@ -129,7 +142,10 @@ for a, b in zip(by_budget, by_budget[1:]):
          (b["disk_bytes_per_token"], b["budget_bytes"], a["disk_bytes_per_token"], a["budget_bytes"]))
 need(by_budget[-1]["trunk"]["streamed"] == [] and by_budget[-1]["experts"]["all_resident"] and
      by_budget[-1]["disk_bytes_per_token"] == by_budget[-1]["embed_row_bytes"], "2 TiB: not everything resident")
-need(by_budget[0]["trunk"]["streamed"] != [], "6 GiB: nothing streamed")
+need(by_budget[0]["trunk"]["streamed"] != [], "2 GiB: nothing streamed")
+# issue 16: real K3 at context 4096 in 2 GiB, every unit in row pieces
+need(by_budget[0]["budget_bytes"] == 2 << 30 and by_budget[0]["minimum_bytes"] <= 2 << 30 and
+     by_budget[0]["trunk"]["chunked_units"] == n_layers + 1, "K3 does not run in 2 GiB")
 w, c8 = json.load(open(sys.argv[3])), json.load(open(sys.argv[4]))
 check(c8, "context 8192")
 need(c8["context"] == 8192 and c8["batch"] == 16 and c8["mla_cache_bytes"] == 2 * w["mla_cache_bytes"], "--context 8192")
@@ -196,6 +212,27 @@ for t in m["tensors"]:
     n = t["name"]
     if n == "model.embed_tokens.weight": continue
     units[int(n.split(".")[2]) if n.startswith("model.layers.") else n_layers] += (max(t["size"], 1) + 4095) // 4096 * 4096
+# units larger than the chunk are read in row pieces: 2-D matrices of more than one row (not
+# kv_b_proj, read per head) of more than a quarter chunk, each in pieces of the most rows within a
+# chunk, rounded down to keep pieces 4 KiB-aligned where that leaves one; the rest is the small part
+from math import gcd
+def pieces_of(chunk):
+    piece, small = [0] * (n_layers + 1), [0] * (n_layers + 1)
+    for t in m["tensors"]:
+        n = t["name"]
+        if n == "model.embed_tokens.weight": continue
+        u = int(n.split(".")[2]) if n.startswith("model.layers.") else n_layers
+        span, sh = (max(t["size"], 1) + 4095) // 4096 * 4096, t["shape"]
+        if len(sh) == 2 and sh[0] > 1 and not n.endswith("kv_b_proj.weight") and t["size"] > chunk // 4:
+            rb = t["size"] // sh[0]
+            r = max(chunk // rb, 1)
+            g = 4096 // gcd(rb, 4096)
+            if r >= g: r -= r % g
+            piece[u] = max(piece[u], (min(r, sh[0]) * rb + 4095) // 4096 * 4096)
+        else:
+            small[u] += span
+    return ([piece[u] if units[u] > chunk else units[u] for u in range(n_layers + 1)],
+            [small[u] if units[u] > chunk else 0 for u in range(n_layers + 1)])
 xl = m["expert_layers"]
 n = 0
 for line in open(sys.argv[2]):
@@ -203,6 +240,11 @@ for line in open(sys.argv[2]):
     p, c = json.load(open(pf)), json.load(open(cf))
     need(p["geometry_from"] == "manifest", b + ": not from the manifest")
     need(p["trunk"]["unit_bytes"] == units, b + ": unit bytes differ from the manifest's")
+    chunk = p["trunk"]["chunk_bytes"] or 2**64
+    pc, sm = pieces_of(chunk)
+    need(p["trunk"]["unit_piece_bytes"] == pc and p["trunk"]["unit_small_bytes"] == sm,
+         b + ": pieces or small parts differ from the manifest's")
+    splits = sum(u > chunk for u in units)
     ex = p["experts"]
     need(ex["total"] == sum(x["count"] for x in xl) and ex["moe_layers"] == len(xl), b + ": expert count")
     need(ex["record_bytes"] == max(x["record_size"] for x in xl) and ex["slot_bytes"] == max(x["stride"] for x in xl),
@@ -214,8 +256,9 @@ for line in open(sys.argv[2]):
     n += 1
 if bad:
     print("\n".join(bad)); sys.exit(1)
-print("%s: %d trunk units, %d expert layers (record %d bytes, stride %d); plans identical to config.json's at %d budgets" %
-      (name, len(units), len(xl), max(x["record_size"] for x in xl), max(x["stride"] for x in xl), n))
+print("%s: %d trunk units (%d larger than the chunk), %d expert layers (record %d bytes, stride %d); plans identical "
+      "to config.json's at %d budgets" % (name, len(units), splits, len(xl), max(x["record_size"] for x in xl),
+                                          max(x["stride"] for x in xl), n))
 EOF
     cat "$T/py.out"
 }
@@ -235,6 +278,11 @@ if "$PYTHON" "$K3_SRC/tests/reference/make_checkpoint.py" --preset tiny --seed 1
     tmin=$("$K3INSPECT" --plan --budget 1G --json "$T/ck/config.json" |
            "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["minimum_bytes"])')
     compare_pack "tiny" "$T/tiny" "$T/ck/config.json" "$tmin" "$((tmin + 100000))" "$((tmin + 3000000))" 1G
+    export K3_CHUNK=8K                                           # row pieces on the tiny model
+    tmin8=$("$K3INSPECT" --plan --budget 1G --json "$T/ck/config.json" |
+            "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["minimum_bytes"])')
+    compare_pack "tiny-8K" "$T/tiny" "$T/ck/config.json" "$tmin8" "$((tmin8 + 100000))" 1G
+    unset K3_CHUNK
     run --plan --budget 1G --json "$T/ck"                        # a checkpoint directory: its config.json
     expect_rc 0 "tiny checkpoint directory"
     "$PYTHON" -c 'import json,sys

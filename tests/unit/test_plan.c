@@ -3,8 +3,10 @@
  * on the real Kimi K3 config (tests/data), checked against an independent
  * brute force over every choice of streamed units:
  *   - everything resident when the budget allows it;
- *   - streaming uses two buffers of the largest streamed unit, and never
- *     streams 1 or 2 units (they would sit in the buffers for good);
+ *   - streaming uses two buffers of the largest streamed piece (a whole unit,
+ *     or a row piece of a unit larger than a chunk) and two of the largest
+ *     small part, and never streams 1 or 2 whole units (they would sit in the
+ *     buffers for good); a unit in row pieces may stream alone;
  *   - the minimum is exactly the smallest budget accepted (minimum succeeds,
  *     minimum - 1 is refused with a message naming the minimum) and equals the
  *     brute-force minimum;
@@ -34,8 +36,9 @@ static void make_geo(k3_geometry *g, const uint64_t *units, uint32_t n_units, ui
 {
     memset(g, 0, sizeof *g);
     g->n_units = n_units;
+    g->chunk = UINT64_MAX;                           /* whole units (make_split sets pieces) */
     for (uint32_t u = 0; u < n_units; u++) {
-        g->unit_bytes[u] = units[u];
+        g->unit_bytes[u] = g->piece_bytes[u] = units[u];
         g->trunk_bytes += units[u];
     }
     g->embed_row_bytes = 2048;
@@ -45,6 +48,33 @@ static void make_geo(k3_geometry *g, const uint64_t *units, uint32_t n_units, ui
     g->top_k = experts ? top_k : 0;
     g->n_experts_total = (uint64_t)n_moe * experts;
     g->experts_bytes = g->n_experts_total * g->expert_stride;
+}
+
+/* Units larger than `chunk` streamed in row pieces: their largest piece and small part. */
+static void make_split(k3_geometry *g, uint64_t chunk, const uint64_t *piece, const uint64_t *small)
+{
+    g->chunk = chunk;
+    for (uint32_t u = 0; u < g->n_units; u++)
+        if (g->unit_bytes[u] > chunk) { g->piece_bytes[u] = piece[u]; g->small_bytes[u] = small[u]; }
+}
+
+static int split_unit(const k3_geometry *g, uint32_t u) { return g->unit_bytes[u] > g->chunk; }
+
+/* The stream buffers for the streamed set `on` (a bit mask, or the plan's flags) */
+static uint64_t buffers_of(const k3_geometry *g, const uint8_t *on, uint32_t *n, uint32_t *n_split, uint64_t *sum)
+{
+    uint64_t mp = 0, ms = 0;
+    *n = *n_split = 0;
+    *sum = 0;
+    for (uint32_t u = 0; u < g->n_units; u++) {
+        if (!on[u]) continue;
+        (*n)++;
+        *n_split += (uint32_t)split_unit(g, u);
+        *sum += g->unit_bytes[u];
+        if (g->piece_bytes[u] > mp) mp = g->piece_bytes[u];
+        if (g->small_bytes[u] > ms) ms = g->small_bytes[u];
+    }
+    return *n ? 2 * (mp + ms) : 0;
 }
 
 static uint64_t min_slots(const k3_geometry *g)
@@ -61,21 +91,21 @@ static double disk_of(const k3_geometry *g, uint64_t streamed, uint64_t slots)
            (double)g->embed_row_bytes;
 }
 
-/* Brute force over every streamed set S (empty, or at least 3 units): the least trunk memory
-   (resident units + 2 x the largest streamed one), and the least disk per token at `budget`
-   (expert cache of the rest). Only for small n_units. */
+/* Brute force over every streamed set S (empty, at least 3 units, or any holding a unit in row
+   pieces): the least trunk memory (resident units + the stream buffers), and the least disk per
+   token at `budget` (expert cache of the rest). Only for small n_units. */
 static void brute(const k3_geometry *g, uint64_t fixed, uint64_t budget, uint64_t *min_trunk, double *best_disk)
 {
     *min_trunk = UINT64_MAX;
     *best_disk = -1;
     uint64_t base = fixed + min_slots(g) * g->expert_stride;
     for (uint32_t s = 0; s < (1u << g->n_units); s++) {
-        uint32_t n = 0;
-        uint64_t sum = 0, big = 0;
-        for (uint32_t u = 0; u < g->n_units; u++)
-            if (s >> u & 1) { n++; sum += g->unit_bytes[u]; if (g->unit_bytes[u] > big) big = g->unit_bytes[u]; }
-        if (n == 1 || n == 2) continue;
-        uint64_t mem = g->trunk_bytes - sum + 2 * big;
+        uint8_t on[K3_MAX_LAYERS + 1];
+        for (uint32_t u = 0; u < g->n_units; u++) on[u] = (uint8_t)(s >> u & 1);
+        uint32_t n, ns;
+        uint64_t sum, buf = buffers_of(g, on, &n, &ns, &sum);
+        if ((n == 1 || n == 2) && !ns) continue;
+        uint64_t mem = g->trunk_bytes - sum + buf;
         if (mem < *min_trunk) *min_trunk = mem;
         if (budget < base || mem > budget - base) continue;
         uint64_t slots = g->expert_stride ? (budget - fixed - mem) / g->expert_stride : 0;
@@ -92,14 +122,13 @@ static int check_plan(const k3_geometry *g, const k3_plan *p, uint64_t budget, u
     CHECK_MSG(p->resident <= budget, "%s: resident %" PRIu64 " > budget %" PRIu64, what, p->resident, budget);
     CHECK_MSG(p->resident == fixed + p->trunk_resident + p->stream_buffers + p->expert_cache, "%s: parts", what);
     CHECK_MSG(p->trunk_resident + p->trunk_streamed == g->trunk_bytes, "%s: trunk split", what);
-    uint32_t n = 0;
-    uint64_t sum = 0, big = 0;
-    for (uint32_t u = 0; u < g->n_units; u++)
-        if (p->unit_streamed[u]) { n++; sum += g->unit_bytes[u]; if (g->unit_bytes[u] > big) big = g->unit_bytes[u]; }
-    CHECK_MSG(n == p->n_streamed && sum == p->trunk_streamed, "%s: streamed flags vs counts", what);
-    CHECK_MSG(n == 0 || n >= 3, "%s: %u units streamed", what, n);
-    CHECK_MSG(p->stream_buffers == 2 * big, "%s: stream buffers %" PRIu64 ", largest streamed unit %" PRIu64,
-              what, p->stream_buffers, big);
+    uint32_t n, ns;
+    uint64_t sum, buf = buffers_of(g, p->unit_streamed, &n, &ns, &sum);
+    CHECK_MSG(n == p->n_streamed && sum == p->trunk_streamed && ns == p->n_chunked, "%s: streamed flags vs counts",
+              what);
+    CHECK_MSG(n == 0 || n >= 3 || ns, "%s: %u whole units streamed", what, n);
+    CHECK_MSG(p->stream_buffers == buf && buf == 2 * (p->piece_buffer + p->small_buffer),
+              "%s: stream buffers %" PRIu64 ", expected %" PRIu64, what, p->stream_buffers, buf);
     CHECK_MSG(p->expert_cache == p->expert_slots * g->expert_stride, "%s: cache bytes", what);
     CHECK_MSG(p->expert_slots >= min_slots(g) && p->expert_slots <= g->n_experts_total, "%s: slots %" PRIu64,
               what, p->expert_slots);
@@ -262,6 +291,43 @@ static void test_synthetic(void)
         check_minimum(&geo, fixed, w);
         sweep(&geo, fixed, 150, 0.10, w);
     }
+
+    /* units larger than a chunk in row pieces: the head and the big layers */
+    uint64_t u7[] = {300 * MIB, 120 * MIB, 120 * MIB, 80 * MIB, 120 * MIB, 80 * MIB, 120 * MIB, 400 * MIB};
+    uint64_t p7[] = {60 * MIB, 30 * MIB, 30 * MIB, 0, 30 * MIB, 0, 30 * MIB, 64 * MIB};
+    uint64_t s7[] = {5 * MIB, 2 * MIB, 2 * MIB, 0, 2 * MIB, 0, 2 * MIB, MIB};
+    make_geo(&geo, u7, 8, 4, 64, 4, 3 * MIB + 100);
+    make_split(&geo, 100 * MIB, p7, s7);
+    check_minimum(&geo, fixed, "pieces 1");
+    REQUIRE(plan(&geo, 1, fixed, &p, &d) == K3_ERR_USAGE);
+    /* everything streamed: 2 x (the largest piece: a whole 80 MiB unit; the largest small part) */
+    CHECK_EQ_U64(p.minimum, fixed + min_slots(&geo) * geo.expert_stride + 2 * (80 * MIB + 5 * MIB));
+    sweep(&geo, fixed, 400, 0.05, "pieces 1");
+    /* only the head in pieces: it may stream alone */
+    uint64_t u8[] = {20 * MIB, 20 * MIB, 500 * MIB};
+    uint64_t p8[] = {0, 0, 50 * MIB}, s8[] = {0, 0, 3 * MIB};
+    make_geo(&geo, u8, 3, 2, 16, 2, MIB);
+    make_split(&geo, 64 * MIB, p8, s8);
+    check_minimum(&geo, fixed, "pieces 2");
+    REQUIRE(plan(&geo, fixed + min_slots(&geo) * geo.expert_stride + 40 * MIB + 106 * MIB, fixed, &p, &d) == K3_OK);
+    CHECK(p.n_streamed == 1 && p.unit_streamed[2] && p.n_chunked == 1);
+    sweep(&geo, fixed, 200, 0.05, "pieces 2");
+    for (int t = 0; t < 30; t++) {
+        uint64_t u[12], pc[12], sm[12], chunk = (uint64_t)(8 + rand() % 64) * MIB;
+        uint32_t n = 1 + (uint32_t)(rand() % 12);
+        for (uint32_t i = 0; i < n; i++) {
+            u[i] = (uint64_t)(1 + rand() % 300) * MIB + (uint64_t)(rand() % 4096);
+            pc[i] = chunk / (uint64_t)(1 + rand() % 3);
+            sm[i] = (uint64_t)(rand() % 8) * MIB;
+        }
+        make_geo(&geo, u, n, 1 + (uint32_t)(rand() % 8), 16 + (uint32_t)(rand() % 64), 1 + (uint32_t)(rand() % 8),
+                 (uint64_t)(1 + rand() % 8) * MIB);
+        make_split(&geo, chunk, pc, sm);
+        char w[32];
+        snprintf(w, sizeof w, "random pieces %d", t);
+        check_minimum(&geo, fixed, w);
+        sweep(&geo, fixed, 150, 0.10, w);
+    }
 }
 
 /* The real Kimi K3 config: the geometry from the config (k3pack's layout), then the planner
@@ -295,20 +361,27 @@ static void test_k3(void)
     REQUIRE(k3_plan_for(&c, &geo, minimum, 4096, 64, 0, &p, &d) == K3_OK);
     check_plan(&geo, &p, minimum, fixed, "K3 at the minimum");
     CHECK(k3_plan_for(&c, &geo, minimum - 1, 4096, 64, 0, &p, &d) == K3_ERR_USAGE);
-    /* the minimum from the unit sizes: stream every unit through 2 buffers of the largest, or keep
-       the largest units resident and stream the others through smaller buffers; the best of these */
-    uint64_t best = UINT64_MAX;
-    for (uint32_t i = 0; i < geo.n_units; i++) {             /* cap = unit i's size */
-        uint64_t cap = geo.unit_bytes[i], res = 0;
-        uint32_t n = 0;
+    /* every K3 unit is larger than the 64 MiB chunk, so the minimum streams them all: 2 pieces
+       and 2 small parts (MLA layers': kv_a, kv_b, the router, the norms). lm_head's pieces are 4680
+       rows of 7168 BF16 (14 KiB rows: an even count keeps pieces 4 KiB-aligned); the largest are the
+       shared experts' down_proj's, 5461 rows of 6144 BF16 (12 KiB rows, aligned at every count) */
+    if (geo.chunk == K3_CHUNK_DEFAULT) {
+        uint64_t mp = 0, ms = 0;
         for (uint32_t u = 0; u < geo.n_units; u++) {
-            if (geo.unit_bytes[u] > cap) res += geo.unit_bytes[u];
-            else n++;
+            CHECK(geo.unit_bytes[u] > geo.chunk);
+            if (geo.piece_bytes[u] > mp) mp = geo.piece_bytes[u];
+            if (geo.small_bytes[u] > ms) ms = geo.small_bytes[u];
         }
-        if (n >= 3 && res + 2 * cap < best) best = res + 2 * cap;
+        CHECK_EQ_U64(geo.piece_bytes[93], 4680ull * 7168 * 2);
+        CHECK_EQ_U64(mp, 5461ull * 6144 * 2);
+        /* MLA layer 3: kv_a_proj [576, 7168], kv_b_proj [24576, 512], router [896, 7168] BF16; in
+           4 KiB spans: six [7168] BF16 vectors (2 norms, 2 AttnRes norms and projections), the q_a
+           and kv_a norms, the router bias [896] F32, the routed experts' norm [3584] BF16 */
+        uint64_t mla_small = 576ull * 7168 * 2 + 24576ull * 512 * 2 + 896ull * 7168 * 2 + 6 * 16384 + 3 * 4096 + 8192;
+        CHECK_EQ_U64(geo.small_bytes[3], mla_small);
+        CHECK_EQ_U64(minimum, fixed + 32 * geo.expert_stride + 2 * (mp + ms));
+        CHECK_MSG(minimum <= 2 * GIB, "K3's minimum %.2f GiB is above 2 GiB", minimum / (double)GIB);
     }
-    if (geo.trunk_bytes < best) best = geo.trunk_bytes;
-    CHECK_EQ_U64(minimum, fixed + 32 * geo.expert_stride + best);
 
     /* the presets, and a sweep to 300 GiB in 4 MiB steps near the minimum, then 64 MiB */
     double prev = -1;
