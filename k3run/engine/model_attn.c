@@ -74,9 +74,11 @@ k3_err k3_kda(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3
     uint32_t C = z->C, H = z->H, K = z->K, W = z->W;
     kda_state *st = &m->kda[layer];
     float *q = m->t0, *k = m->t1, *v = m->t2, *g = m->t3, *o = m->t4;   /* [T][C] each */
-    k3_lin(m, k3w_get(w, layer, K3W_KDA_Q), x, T, q);
-    k3_lin(m, k3w_get(w, layer, K3W_KDA_K), x, T, k);
-    k3_lin(m, k3w_get(w, layer, K3W_KDA_V), x, T, v);
+    {
+        const k3_tensor *tq[3] = {k3w_get(w, layer, K3W_KDA_Q), k3w_get(w, layer, K3W_KDA_K), k3w_get(w, layer, K3W_KDA_V)};
+        float *yq[3] = {q, k, v};
+        k3_lin_n(m, 3, tq, x, T, yq);
+    }
     float *proj[3] = {q, k, v};
     const k3_wid conv_id[3] = {K3W_KDA_QCONV, K3W_KDA_KCONV, K3W_KDA_VCONV};
     uint32_t RW = KDA_REC(C, H);
@@ -112,7 +114,7 @@ k3_err k3_kda(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3
         }
     float *beta = m->small;                                           /* [T][H] (fa is used up) */
     k3_lin(m, k3w_get(w, layer, K3W_KDA_B), x, T, beta);
-    for (uint32_t i = 0; i < T * H; i++) beta[i] = k3_sigmoidf(beta[i]);
+    k3_sigmoid_n((int)m->o.isa, beta, (size_t)T * H);
 
     if (rec)
         for (uint32_t t = 0; t < T; t++) {
@@ -152,13 +154,14 @@ k3_err k3_kda(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3
         k3_lin(m, k3w_get(w, layer, K3W_KDA_GB), ga, T, gate);
     }
     k3w_vec(k3w_get(w, layer, K3W_KDA_ONORM), m->headvec);           /* [K] */
+    k3_sigmoid_n((int)m->o.isa, gate, (size_t)T * C);                 /* the gate's sigmoid, in place */
     float eps = (float)c->rms_norm_eps;
     for (uint32_t t = 0; t < T; t++)
         for (uint32_t hh = 0; hh < H; hh++) {
             float *oh = o + (size_t)t * C + hh * K;
             const float *gh = gate + (size_t)t * C + hh * K;
             float r = k3_rsqrtf((float)(k3v_sumsq(oh, K) / K) + eps);
-            for (uint32_t i = 0; i < K; i++) oh[i] = (oh[i] * r) * m->headvec[i] * k3_sigmoidf(gh[i]);
+            for (uint32_t i = 0; i < K; i++) oh[i] = (oh[i] * r) * m->headvec[i] * gh[i];
         }
     k3_lin(m, k3w_get(w, layer, K3W_KDA_O), o, T, out);
     return K3_OK;
@@ -199,16 +202,20 @@ k3_err k3_mla(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3
     float *q = m->t0;                                                 /* [T][Hm*(dn+dr)] */
     float *ckv = m->t1;                                               /* [T][R+dr] */
     float *o = m->t2;                                                 /* [T][Hm*dv] */
+    float *gt = m->t3;                                                /* [T][Hm*dv] output gate */
+    /* the projections of x in one region when all are in memory (else in the unit's order) */
+    const k3_tensor *tx[3] = {k3w_get(w, layer, z->Q ? K3W_MLA_QA : K3W_MLA_Q), k3w_get(w, layer, K3W_MLA_KVA),
+                              c->mla_use_output_gate ? k3w_get(w, layer, K3W_MLA_G) : NULL};
+    float *yx[3] = {z->Q ? m->small : q, ckv, gt};                    /* qa [T][Q] */
+    int fused = k3_lin_fused(m, c->mla_use_output_gate ? 3 : 2, tx, x, T, yx);
+    if (!fused) k3_lin(m, tx[0], x, T, yx[0]);
     if (z->Q) {
         float *qa = m->small;                                         /* [T][Q] */
-        k3_lin(m, k3w_get(w, layer, K3W_MLA_QA), x, T, qa);
         k3w_vec(k3w_get(w, layer, K3W_MLA_QANORM), m->headvec);
         for (uint32_t t = 0; t < T; t++) k3v_rmsnorm(qa + (size_t)t * z->Q, qa + (size_t)t * z->Q, m->headvec, z->Q, 1e-6f);
         k3_lin(m, k3w_get(w, layer, K3W_MLA_QB), qa, T, q);
-    } else {
-        k3_lin(m, k3w_get(w, layer, K3W_MLA_Q), x, T, q);
     }
-    k3_lin(m, k3w_get(w, layer, K3W_MLA_KVA), x, T, ckv);
+    if (!fused) k3_lin(m, tx[1], x, T, ckv);
     size_t slot = (size_t)m->mla_slot[layer], ctx = m->o.context;
     float *cache_c = m->mla_c + slot * ctx * R, *cache_kr = m->mla_kr + slot * ctx * dr;   /* [ctx][R], [ctx][dr] */
     k3w_vec(k3w_get(w, layer, K3W_MLA_KVANORM), m->headvec);
@@ -252,9 +259,9 @@ k3_err k3_mla(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3
         });
     }
     if (c->mla_use_output_gate) {
-        float *gt = m->t3;                                            /* [T][Hm*dv] */
-        k3_lin(m, k3w_get(w, layer, K3W_MLA_G), x, T, gt);
-        for (size_t i = 0; i < (size_t)T * Hm * dv; i++) o[i] = o[i] * k3_sigmoidf(gt[i]);
+        if (!fused) k3_lin(m, tx[2], x, T, gt);
+        k3_sigmoid_n((int)m->o.isa, gt, (size_t)T * Hm * dv);
+        for (size_t i = 0; i < (size_t)T * Hm * dv; i++) o[i] = o[i] * gt[i];
     }
     k3_lin(m, k3w_get(w, layer, K3W_MLA_O), o, T, out);
     return K3_OK;

@@ -16,6 +16,7 @@
 #include "model_impl.h"
 
 #include <math.h>
+#include <omp.h>
 #include <string.h>
 
 #include "k3_math.h"
@@ -26,19 +27,21 @@ k3_err k3_dense(k3_model *m, int layer, uint32_t T, const float *x, float *out, 
 {
     (void)d;
     const k3_dims *z = &m->d;
-    k3_lin(m, k3w_get(m->w, layer, K3W_FFN_GATE), x, T, m->g);       /* [T][I] */
-    k3_lin(m, k3w_get(m->w, layer, K3W_FFN_UP), x, T, m->u);         /* [T][I] */
-    k3_glu(m->cfg, m->g, m->u, T * z->I);
+    const k3_tensor *tg[2] = {k3w_get(m->w, layer, K3W_FFN_GATE), k3w_get(m->w, layer, K3W_FFN_UP)};
+    float *yg[2] = {m->g, m->u};                                      /* [T][I] each */
+    k3_lin_n(m, 2, tg, x, T, yg);
+    k3_glu(m, m->g, m->u, T * z->I);
     k3_lin(m, k3w_get(m->w, layer, K3W_FFN_DOWN), m->g, T, out);
     lookahead(m, layer, T, out);
     return K3_OK;
 }
 
 /* Router logits st [E] to scores in place: sigmoid, or softmax over the experts. */
-static void router_scores(const k3_config *c, float *st, uint32_t E)
+static void router_scores(const k3_model *m, float *st, uint32_t E)
 {
+    const k3_config *c = m->cfg;
     if (c->router_act == K3_ROUTER_SIGMOID) {
-        for (uint32_t e = 0; e < E; e++) st[e] = k3_sigmoidf(st[e]);
+        k3_sigmoid_n((int)m->o.isa, st, E);
     } else {
         float mx = -INFINITY;
         for (uint32_t e = 0; e < E; e++) if (st[e] > mx) mx = st[e];
@@ -67,6 +70,50 @@ static void top_k(float *sel, uint32_t E, uint32_t k, int32_t *idx)
     }
 }
 
+/*
+ * Experts ex[wl[0..nw)] of a one-token step, all in one parallel region: the gate and up rows
+ * of all of them as one list of 32-row blocks, then their GLU, then the down rows into the
+ * slots ws[] of Y. Each output element is one row's dot product in the canonical order and
+ * the GLU is element-wise, so how the lists are split between threads changes no bit; one
+ * region instead of three (or five, with the GLU) per expert. xl [Dl]; g, u [nw][Ie].
+ */
+static void experts_wave(k3_model *m, const float *xl, const int32_t *wl, const int32_t *ws, int nw)
+{
+    const k3_dims *z = &m->d;
+    const k3_config *c = m->cfg;
+    const uint32_t Ie = z->Ie, Dl = z->Dl, BR = 32;
+    const long nb1 = (long)((Ie + BR - 1) / BR), nb2 = (long)((Dl + BR - 1) / BR);
+    const long n1 = 2L * nw * nb1, n2 = (long)nw * nb2, ng = (long)(((size_t)nw * Ie + 511) / 512);
+    const int isa = (int)m->o.isa, situ = c->hidden_act == K3_ACT_SITU;
+    const float b = (float)c->activation_situ_beta, bl = (float)c->activation_situ_linear_beta;
+    float *G = m->g, *U = m->u, *Y = m->Y;
+    const k3_expert *ex = m->ex;
+#pragma omp parallel
+    {
+#pragma omp for schedule(static)
+        for (long i = 0; i < n1; i++) {
+            long e = i / (2 * nb1), r = i % (2 * nb1), blk = r % nb1;
+            const k3_mat *W = r < nb1 ? &ex[wl[e]].w1 : &ex[wl[e]].w3;
+            float *y = (r < nb1 ? G : U) + (size_t)e * Ie;
+            uint32_t r0 = (uint32_t)blk * BR, r1 = Ie - r0 < BR ? Ie : r0 + BR;
+            k3_matmul_rows(m->o.isa, W, xl, Dl, 1, y, Ie, r0, r1);
+        }
+#pragma omp for schedule(static)
+        for (long j = 0; j < ng; j++) {
+            size_t i0 = (size_t)j * 512, n = (size_t)nw * Ie - i0 < 512 ? (size_t)nw * Ie - i0 : 512;
+            if (situ) k3_situ_n(isa, G + i0, U + i0, n, b, bl);
+            else k3_silu_mul_n(isa, G + i0, U + i0, n);
+        }
+#pragma omp for schedule(static)
+        for (long i = 0; i < n2; i++) {
+            long e = i / nb2, blk = i % nb2;
+            uint32_t r0 = (uint32_t)blk * BR, r1 = Dl - r0 < BR ? Dl : r0 + BR;
+            k3_matmul_rows(m->o.isa, &ex[wl[e]].w2, G + (size_t)e * Ie, Ie, 1, Y + (size_t)ws[e] * Dl, Dl,
+                           r0, r1);
+        }
+    }
+}
+
 k3_err k3_moe(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3_diag *d)
 {
     const k3_dims *z = &m->d;
@@ -74,14 +121,31 @@ k3_err k3_moe(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3
     k3_weights *w = m->w;
     uint32_t E = z->E, k = z->k, Dl = z->Dl, Ie = z->Ie;
     float *s = m->logits_e;                                           /* [T][E] */
-    k3_lin(m, k3w_get(w, layer, K3W_MOE_ROUTER), x, T, s);
+    int fused;
+    {   /* the products of x in one region: router, latent down, the shared experts' gate and up */
+        const k3_tensor *tx[4] = {k3w_get(w, layer, K3W_MOE_ROUTER), NULL, NULL, NULL};
+        float *yx[4] = {s, NULL, NULL, NULL};
+        int n = 1;
+        if (c->routed_expert_hidden_size) { tx[n] = k3w_get(w, layer, K3W_MOE_LAT_DOWN); yx[n++] = m->xl; }  /* [T][Dl] */
+        if (z->Ish) {
+            tx[n] = k3w_get(w, layer, K3W_MOE_SH_GATE); yx[n++] = m->g;                           /* [T][Ish] */
+            tx[n] = k3w_get(w, layer, K3W_MOE_SH_UP); yx[n++] = m->u;
+        }
+        fused = k3_lin_fused(m, n, tx, x, T, yx);
+        if (!fused)     /* a tensor in row pieces: the unit's order (the shared experts last) */
+            for (int j = 0; j < (z->Ish ? n - 2 : n); j++) k3_lin(m, tx[j], x, T, yx[j]);
+        if (fused && z->Ish) {  /* the shared experts now (the routed ones reuse g and u): into t4 [T][D] */
+            k3_glu(m, m->g, m->u, T * z->Ish);
+            k3_lin(m, k3w_get(w, layer, K3W_MOE_SH_DOWN), m->g, T, m->t4);
+        }
+    }
     const k3_tensor *bt = k3w_get(w, layer, K3W_MOE_BIAS);
     if (bt) k3w_vec(bt, m->bias);
     else memset(m->bias, 0, E * sizeof(float));
     float *sel = m->sel;                                              /* [E] */
     for (uint32_t t = 0; t < T; t++) {
         float *st = s + (size_t)t * E;
-        router_scores(c, st, E);
+        router_scores(m, st, E);
         for (uint32_t e = 0; e < E; e++) sel[e] = st[e] + m->bias[e];      /* selection only */
         int32_t *it = m->idx + (size_t)t * k;
         float *wt = m->wts + (size_t)t * k;
@@ -101,11 +165,7 @@ k3_err k3_moe(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3
         m->o.dump(m->o.dump_ctx, "expert_weights", layer, T, k, m->wts, NULL);
     }
     /* latent input */
-    const float *xl = x;
-    if (c->routed_expert_hidden_size) {
-        k3_lin(m, k3w_get(w, layer, K3W_MOE_LAT_DOWN), x, T, m->xl);    /* [T][Dl] */
-        xl = m->xl;
-    }
+    const float *xl = c->routed_expert_hidden_size ? m->xl : x;
     /* the batch's experts, ascending, acquired together */
     uint32_t nu = 0;
     memset(m->seen, 0, E * sizeof *m->seen);
@@ -113,11 +173,28 @@ k3_err k3_moe(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3
     for (uint32_t e = 0; e < E; e++) if (m->seen[e]) m->uniq[nu++] = (int32_t)e;
     /* in groups the expert cache can hold at once (all of them when resident) */
     uint32_t cap = k3w_expert_capacity(w);
+    int waves = T == 1 && omp_get_max_threads() > 1;
     for (uint32_t g0 = 0; g0 < nu; g0 += cap) {
         uint32_t gn = nu - g0 < cap ? nu - g0 : cap;
         k3_err err = k3w_experts_acquire(w, layer, m->uniq + g0, m->seen, (int)gn, m->ex, d);
         if (err) return err;
-        for (;;) {                        /* cached experts first, the others as their reads land */
+        while (waves) {                   /* one token: the experts at hand in one parallel region */
+            int nr = k3w_experts_ready(w), nw = 0;
+            int32_t *wl = m->tok_of, *ws = m->slot_of;                   /* [k] ex index, slot */
+            do {
+                int uj;
+                if ((err = k3w_experts_next(w, &uj, d))) return err;
+                if (uj < 0) break;
+                int32_t e = m->uniq[g0 + (uint32_t)uj];
+                uint32_t j = 0;
+                while (m->idx[j] != e) j++;                               /* its slot (one token) */
+                wl[nw] = uj;
+                ws[nw++] = (int32_t)j;
+            } while (nw < nr);
+            if (!nw) break;
+            experts_wave(m, xl, wl, ws, nw);
+        }
+        for (; !waves;) {                 /* cached experts first, the others as their reads land */
             int uj;
             if ((err = k3w_experts_next(w, &uj, d))) return err;
             if (uj < 0) break;
@@ -134,7 +211,7 @@ k3_err k3_moe(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3
                     }
             k3_matmul(m->o.isa, &m->ex[u].w1, m->xe, Dl, n, m->g, Ie);  /* [n][Ie] */
             k3_matmul(m->o.isa, &m->ex[u].w3, m->xe, Dl, n, m->u, Ie);
-            k3_glu(c, m->g, m->u, n * Ie);
+            k3_glu(m, m->g, m->u, n * Ie);
             k3_matmul(m->o.isa, &m->ex[u].w2, m->g, Ie, n, m->ye, Dl);  /* [n][Dl] */
             for (uint32_t r = 0; r < n; r++)
                 memcpy(m->Y + ((size_t)m->tok_of[r] * k + m->slot_of[r]) * Dl, m->ye + (size_t)r * Dl,
@@ -159,10 +236,12 @@ k3_err k3_moe(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3
     if (c->routed_expert_hidden_size) k3_lin(m, k3w_get(w, layer, K3W_MOE_LAT_UP), m->yl, T, out);
     else memcpy(out, m->yl, (size_t)T * Dl * sizeof(float));
     if (z->Ish) {
-        k3_lin(m, k3w_get(w, layer, K3W_MOE_SH_GATE), x, T, m->g);     /* [T][Ish] */
-        k3_lin(m, k3w_get(w, layer, K3W_MOE_SH_UP), x, T, m->u);
-        k3_glu(c, m->g, m->u, T * z->Ish);
-        k3_lin(m, k3w_get(w, layer, K3W_MOE_SH_DOWN), m->g, T, m->t4);  /* [T][D] */
+        if (!fused) {
+            k3_lin(m, k3w_get(w, layer, K3W_MOE_SH_GATE), x, T, m->g);     /* [T][Ish] */
+            k3_lin(m, k3w_get(w, layer, K3W_MOE_SH_UP), x, T, m->u);
+            k3_glu(m, m->g, m->u, T * z->Ish);
+            k3_lin(m, k3w_get(w, layer, K3W_MOE_SH_DOWN), m->g, T, m->t4);  /* [T][D] */
+        }
         for (size_t i = 0; i < (size_t)T * z->D; i++) out[i] = out[i] + m->t4[i];
     }
     lookahead(m, layer, T, out);
@@ -252,7 +331,7 @@ static void lookahead(k3_model *m, int layer, uint32_t T, const float *out)
     memset(m->seen, 0, E * sizeof *m->seen);
     for (uint32_t t = 0; t < T; t++) {
         float *st = m->logits_e + (size_t)t * E;
-        router_scores(c, st, E);
+        router_scores(m, st, E);
         for (uint32_t e = 0; e < E; e++) m->sel[e] = st[e] + m->bias[e];
         top_k(m->sel, E, k, m->idx + (size_t)t * k);
         for (uint32_t j = 0; j < ka; j++) m->seen[m->idx[(size_t)t * k + j]]++;

@@ -55,7 +55,7 @@ struct k3_model {
     float *mla_ol;                /* [Hm][R] latent outputs */
 
     /* FFN / MoE scratch */
-    float *g, *u;                 /* [B][max(I, Ish, Ie)] */
+    float *g, *u;                 /* [max(B * max(I, Ish, Ie), k * Ie)]: [B][fw], or [k][Ie] */
     float *logits_e;              /* [B][E] router scores (sigmoid) */
     float *bias;                  /* [E] */
     float *sel;                   /* [E] biased scores of one token */
@@ -79,7 +79,7 @@ float k3v_dot(const float *a, const float *b, uint32_t n);     /* 8 lanes, fixed
 double k3v_sumsq(const float *a, uint32_t n);                   /* in order, double */
 /* y[i] = w[i] * (x[i] * r), r = 1/sqrt(mean(x^2) + eps); w may be NULL (no weight) */
 void k3v_rmsnorm(float *y, const float *x, const float *w, uint32_t n, float eps);
-void k3_glu(const k3_config *c, float *g, const float *u, uint32_t n);   /* g <- act(g) * u */
+void k3_glu(const k3_model *m, float *g, const float *u, uint32_t n);   /* g <- act(g) * u */
 
 /* Layers (model_attn.c, model_ffn.c): x [T][D] normed input -> out [T][D]. */
 k3_err k3_kda(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3_diag *d);
@@ -91,5 +91,10 @@ k3_err k3_moe(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3
 
 /* y [T][rows] = W x [T][cols] with the model's ISA */
 void k3_lin(const k3_model *m, const k3_tensor *t, const float *x, uint32_t T, float *y);
+/* y[j] = t[j] x for j < n (n <= K3_LIN_MAX), the same x, in one parallel region */
+#define K3_LIN_MAX 8
+void k3_lin_n(const k3_model *m, int n, const k3_tensor *const *t, const float *x, uint32_t T, float *const *y);
+/* the same only when all of t[] are whole in memory: 1 done, 0 nothing done (model_ops.c) */
+int k3_lin_fused(const k3_model *m, int n, const k3_tensor *const *t, const float *x, uint32_t T, float *const *y);
 
 #endif

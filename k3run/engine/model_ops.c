@@ -8,6 +8,7 @@
 #include <math.h>
 
 #include "k3_math.h"
+#include "k3_par.h"
 
 float k3v_dot(const float *a, const float *b, uint32_t n)
 {
@@ -39,15 +40,18 @@ void k3v_rmsnorm(float *y, const float *x, const float *w, uint32_t n, float eps
         for (uint32_t i = 0; i < n; i++) y[i] = x[i] * r;
 }
 
-void k3_glu(const k3_config *c, float *g, const float *u, uint32_t n)
+void k3_glu(const k3_model *m, float *g, const float *u, uint32_t n)
 {
-    /* element-wise: splitting it between threads changes nothing */
-    if (c->hidden_act == K3_ACT_SITU) {
-        float b = (float)c->activation_situ_beta, bl = (float)c->activation_situ_linear_beta;
-        K3_PFOR(n >= 8192, for (uint32_t i = 0; i < n; i++) g[i] = k3_situf(g[i], u[i], b, bl););
-    } else {
-        K3_PFOR(n >= 8192, for (uint32_t i = 0; i < n; i++) g[i] = k3_siluf(g[i]) * u[i];);
-    }
+    /* element-wise: splitting it between threads changes nothing (chunks of 512) */
+    const k3_config *c = m->cfg;
+    int isa = (int)m->o.isa, situ = c->hidden_act == K3_ACT_SITU;
+    float b = (float)c->activation_situ_beta, bl = (float)c->activation_situ_linear_beta;
+    long nc = (long)((n + 511) / 512);
+    K3_PFOR(n >= 2048, for (long j = 0; j < nc; j++) {
+        size_t i0 = (size_t)j * 512, len = n - i0 < 512 ? n - i0 : 512;
+        if (situ) k3_situ_n(isa, g + i0, u + i0, len, b, bl);
+        else k3_silu_mul_n(isa, g + i0, u + i0, len);
+    });
 }
 
 void k3_lin(const k3_model *m, const k3_tensor *t, const float *x, uint32_t T, float *y)
@@ -60,4 +64,42 @@ void k3_lin(const k3_model *m, const k3_tensor *t, const float *x, uint32_t T, f
         if (k3w_rows(m->w, t, r0, &v, &r1)) return;
         k3_matmul(m->o.isa, &v, x, t->mat.cols, T, y + r0, t->mat.rows);
     }
+}
+
+/*
+ * y[j] [T][rows_j] = t[j] x [T][cols] for j < n, the same x, in one parallel region: the rows
+ * of all n matrices as one list of 32-row blocks (the blocks k3_matmul cuts, so the same calls
+ * of the kernel and the same bits). k3_lin_fused does it only when every tensor is whole in
+ * memory (returns 0, computing nothing, when one is streamed in row pieces: their pieces are
+ * read in the unit's order of use, so a caller that fused products out of that order keeps
+ * its plain order then); k3_lin_n falls back to k3_lin one after the other.
+ */
+void k3_lin_n(const k3_model *m, int n, const k3_tensor *const *t, const float *x, uint32_t T, float *const *y)
+{
+    if (!k3_lin_fused(m, n, t, x, T, y))
+        for (int j = 0; j < n; j++) k3_lin(m, t[j], x, T, y[j]);
+}
+
+int k3_lin_fused(const k3_model *m, int n, const k3_tensor *const *t, const float *x, uint32_t T, float *const *y)
+{
+    const uint32_t BR = 32;
+    long start[K3_LIN_MAX + 1];                                   /* first block of each matrix */
+    double work = 0;
+    int piecewise = 0;
+    start[0] = 0;
+    for (int j = 0; j < n; j++) {
+        piecewise |= !t[j]->mat.data;
+        start[j + 1] = start[j] + (long)((t[j]->mat.rows + BR - 1) / BR);
+        work += (double)t[j]->mat.rows * t[j]->mat.cols * T;
+    }
+    if (piecewise || n > K3_LIN_MAX) return 0;
+    const long nb = start[n];
+    K3_PFOR(work >= 65536, for (long b = 0; b < nb; b++) {
+        int j = 0;
+        while (b >= start[j + 1]) j++;
+        const k3_mat *W = &t[j]->mat;
+        uint32_t r0 = (uint32_t)(b - start[j]) * BR, r1 = W->rows - r0 < BR ? W->rows : r0 + BR;
+        k3_matmul_rows(m->o.isa, W, x, W->cols, T, y[j], W->rows, r0, r1);
+    });
+    return 1;
 }

@@ -83,9 +83,11 @@ void k3_model_sizes(const k3_dims *z, uint32_t batch, uint32_t context, int all_
     buf(s, K3B_MLA_S, (uint64_t)z->Hm * ctx, 4, 1);
     buf(s, K3B_MLA_OL, (uint64_t)z->Hm * z->R, 4, 1);
 
+    /* [B][fw], and at least [k][Ie]: a decode step's experts side by side (model_ffn.c) */
     uint32_t fw = umax(umax(z->I, z->Ish), z->Ie);
-    buf(s, K3B_G, B * fw, 4, 1);
-    buf(s, K3B_U, B * fw, 4, 1);
+    uint64_t gw = B * fw > (uint64_t)z->k * z->Ie ? B * fw : (uint64_t)z->k * z->Ie;
+    buf(s, K3B_G, gw, 4, 1);
+    buf(s, K3B_U, gw, 4, 1);
     uint32_t moe = z->E ? 1 : 0;                       /* the MoE scratch exists only with experts */
     uint64_t nk = B * z->k, nu = nk < z->E ? nk : z->E;
     buf(s, K3B_LOGITS_E, B * z->E, 4, moe);

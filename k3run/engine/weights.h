@@ -155,6 +155,9 @@ k3_err k3w_experts_acquire(k3_weights *w, int layer, const int32_t *ids, const u
 /* The next expert of the acquire that is ready (*j its index in ids), waiting for its read if
    needed; *j = -1 when all were handed out. The order never changes what is computed. */
 k3_err k3w_experts_next(k3_weights *w, int *j, k3_diag *d);
+/* How many of the acquire's experts k3w_experts_next hands out next without waiting for a
+   read (the cached ones, or all when resident). */
+int k3w_experts_ready(const k3_weights *w);
 /* Done with the acquire's experts (waits for reads still in flight). */
 void k3w_experts_release(k3_weights *w, int layer);
 

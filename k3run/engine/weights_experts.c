@@ -511,6 +511,14 @@ k3_err k3w_experts_next(k3_weights *w, int *j, k3_diag *d)
     return K3_OK;
 }
 
+int k3w_experts_ready(const k3_weights *w)
+{
+    int n = 0;
+    for (int i = w->acq_next; i < w->acq_n; i++, n++)
+        if (w->o.expert_slots && w->acq_slot[i] >= 0) break;      /* a read still to wait for */
+    return n;
+}
+
 void k3w_experts_release(k3_weights *w, int layer)
 {
     (void)layer;

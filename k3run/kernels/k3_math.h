@@ -8,6 +8,8 @@
 #ifndef K3_MATH_H
 #define K3_MATH_H
 
+#include <stddef.h>
+
 float k3_expf(float x);        /* e^x: correctly rounded in practice (double evaluation) */
 float k3_logf(float x);        /* natural log, x > 0 */
 float k3_sigmoidf(float x);    /* 1 / (1 + e^-x) */
@@ -18,5 +20,21 @@ float k3_softplusf(float x);   /* log(1 + e^x), = x above 20 (as the reference) 
 float k3_situf(float g, float u, float b, float bl);
 /* 1 / sqrt(x) as fp32: (float)(1.0 / sqrt(x)) */
 float k3_rsqrtf(float x);
+
+/*
+ * The same functions on arrays, in place, with the path isa (kern.h's k3_isa as an int:
+ * 0 scalar, 1 avx2, 2 avx512): every element gets exactly the bits of the scalar function
+ * above; avx2 and avx512 use four doubles at a time (math_avx2.c). Element-wise, so any
+ * split of an array between threads gives the same bits.
+ */
+void k3_situ_n(int isa, float *g, const float *u, size_t n, float b, float bl);  /* g = situ(g, u) */
+void k3_silu_mul_n(int isa, float *g, const float *u, size_t n);   /* g = k3_siluf(g) * u */
+void k3_sigmoid_n(int isa, float *x, size_t n);                    /* x = k3_sigmoidf(x) */
+void k3_exp_n(int isa, float *x, size_t n);                        /* x = k3_expf(x) */
+/* math_avx2.c (call only where the CPU has AVX2) */
+void k3_situ_avx2(float *g, const float *u, size_t n, float b, float bl);
+void k3_silu_mul_avx2(float *g, const float *u, size_t n);
+void k3_sigmoid_avx2(float *x, size_t n);
+void k3_exp_avx2(float *x, size_t n);
 
 #endif
