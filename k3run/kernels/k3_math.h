@@ -24,7 +24,7 @@ float k3_rsqrtf(float x);
 /*
  * The same functions on arrays, in place, with the path isa (kern.h's k3_isa as an int:
  * 0 scalar, 1 avx2, 2 avx512): every element gets exactly the bits of the scalar function
- * above; avx2 and avx512 use four doubles at a time (math_avx2.c). Element-wise, so any
+ * above; avx2 and avx512 use four doubles at a time (math_array.c picks, math_avx2.c computes). Element-wise, so any
  * split of an array between threads gives the same bits.
  */
 void k3_situ_n(int isa, float *g, const float *u, size_t n, float b, float bl);  /* g = situ(g, u) */
