@@ -80,12 +80,9 @@ static void top_k(float *sel, uint32_t E, uint32_t k, int32_t *idx)
 static void experts_wave(k3_model *m, const float *xl, const int32_t *wl, const int32_t *ws, int nw)
 {
     const k3_dims *z = &m->d;
-    const k3_config *c = m->cfg;
     const uint32_t Ie = z->Ie, Dl = z->Dl, BR = 32;
     const long nb1 = (long)((Ie + BR - 1) / BR), nb2 = (long)((Dl + BR - 1) / BR);
     const long n1 = 2L * nw * nb1, n2 = (long)nw * nb2, ng = (long)(((size_t)nw * Ie + 511) / 512);
-    const int isa = (int)m->o.isa, situ = c->hidden_act == K3_ACT_SITU;
-    const float b = (float)c->activation_situ_beta, bl = (float)c->activation_situ_linear_beta;
     float *G = m->g, *U = m->u, *Y = m->Y;
     const k3_expert *ex = m->ex;
 #pragma omp parallel
@@ -101,8 +98,7 @@ static void experts_wave(k3_model *m, const float *xl, const int32_t *wl, const 
 #pragma omp for schedule(static)
         for (long j = 0; j < ng; j++) {
             size_t i0 = (size_t)j * 512, n = (size_t)nw * Ie - i0 < 512 ? (size_t)nw * Ie - i0 : 512;
-            if (situ) k3_situ_n(isa, G + i0, U + i0, n, b, bl);
-            else k3_silu_mul_n(isa, G + i0, U + i0, n);
+            k3_glu_part(m, G + i0, U + i0, n);
         }
 #pragma omp for schedule(static)
         for (long i = 0; i < n2; i++) {

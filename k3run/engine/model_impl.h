@@ -80,6 +80,8 @@ double k3v_sumsq(const float *a, uint32_t n);                   /* in order, dou
 /* y[i] = w[i] * (x[i] * r), r = 1/sqrt(mean(x^2) + eps); w may be NULL (no weight) */
 void k3v_rmsnorm(float *y, const float *x, const float *w, uint32_t n, float eps);
 void k3_glu(const k3_model *m, float *g, const float *u, uint32_t n);   /* g <- act(g) * u */
+/* the same on the calling thread only (inside a parallel region) */
+void k3_glu_part(const k3_model *m, float *g, const float *u, size_t n);
 
 /* Layers (model_attn.c, model_ffn.c): x [T][D] normed input -> out [T][D]. */
 k3_err k3_kda(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3_diag *d);

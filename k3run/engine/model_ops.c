@@ -40,17 +40,22 @@ void k3v_rmsnorm(float *y, const float *x, const float *w, uint32_t n, float eps
         for (uint32_t i = 0; i < n; i++) y[i] = x[i] * r;
 }
 
+void k3_glu_part(const k3_model *m, float *g, const float *u, size_t n)
+{
+    const k3_config *c = m->cfg;
+    if (c->hidden_act == K3_ACT_SITU)
+        k3_situ_n((int)m->o.isa, g, u, n, (float)c->activation_situ_beta, (float)c->activation_situ_linear_beta);
+    else
+        k3_silu_mul_n((int)m->o.isa, g, u, n);
+}
+
 void k3_glu(const k3_model *m, float *g, const float *u, uint32_t n)
 {
     /* element-wise: splitting it between threads changes nothing (chunks of 512) */
-    const k3_config *c = m->cfg;
-    int isa = (int)m->o.isa, situ = c->hidden_act == K3_ACT_SITU;
-    float b = (float)c->activation_situ_beta, bl = (float)c->activation_situ_linear_beta;
     long nc = (long)((n + 511) / 512);
     K3_PFOR(n >= 2048, for (long j = 0; j < nc; j++) {
-        size_t i0 = (size_t)j * 512, len = n - i0 < 512 ? n - i0 : 512;
-        if (situ) k3_situ_n(isa, g + i0, u + i0, len, b, bl);
-        else k3_silu_mul_n(isa, g + i0, u + i0, len);
+        size_t i0 = (size_t)j * 512;
+        k3_glu_part(m, g + i0, u + i0, n - i0 < 512 ? n - i0 : 512);
     });
 }
 
