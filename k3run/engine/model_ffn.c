@@ -80,7 +80,7 @@ static void top_k(float *sel, uint32_t E, uint32_t k, int32_t *idx)
 static void experts_wave(k3_model *m, const float *xl, const int32_t *wl, const int32_t *ws, int nw)
 {
     const k3_dims *z = &m->d;
-    const uint32_t Ie = z->Ie, Dl = z->Dl, BR = 32;
+    const uint32_t Ie = z->Ie, Dl = z->Dl, BR = K3_KERN_BLOCK;
     const long nb1 = (long)((Ie + BR - 1) / BR), nb2 = (long)((Dl + BR - 1) / BR);
     const long n1 = 2L * nw * nb1, n2 = (long)nw * nb2, ng = (long)(((size_t)nw * Ie + 511) / 512);
     float *G = m->g, *U = m->u, *Y = m->Y;

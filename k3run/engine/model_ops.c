@@ -87,7 +87,7 @@ void k3_lin_n(const k3_model *m, int n, const k3_tensor *const *t, const float *
 
 int k3_lin_fused(const k3_model *m, int n, const k3_tensor *const *t, const float *x, uint32_t T, float *const *y)
 {
-    const uint32_t BR = 32;
+    const uint32_t BR = K3_KERN_BLOCK;
     long start[K3_LIN_MAX + 1];                                   /* first block of each matrix */
     double work = 0;
     int piecewise = 0;

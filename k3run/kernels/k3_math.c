@@ -107,4 +107,3 @@ float k3_situf(float g, float u, float b, float bl)
 }
 
 float k3_rsqrtf(float x) { return (float)(1.0 / sqrt((double)x)); }
-

@@ -64,6 +64,10 @@ typedef struct k3_mat {
 void k3_matmul(k3_isa isa, const k3_mat *W, const float *x, size_t ldx, uint32_t T,
                float *y, size_t ldy);
 
+/* Rows per unit of work between threads: k3_matmul cuts its rows into blocks of this many;
+   callers that split several products themselves (engine/model_ops.c, model_ffn.c) cut the same. */
+#define K3_KERN_BLOCK 32
+
 /* The same for the rows [r0, r1) only, on the calling thread (no OpenMP). */
 void k3_matmul_rows(k3_isa isa, const k3_mat *W, const float *x, size_t ldx, uint32_t T,
                     float *y, size_t ldy, uint32_t r0, uint32_t r1);

@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#define K3_KERN_BLOCK 32              /* rows per unit of work between threads */
 #define K3_KERN_PARALLEL_MIN 65536    /* multiply-adds below which one thread is used */
 
 static const char *const k3_isa_names[K3_ISA__COUNT] = { "scalar", "avx2", "avx512" };
