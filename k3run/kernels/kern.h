@@ -79,6 +79,11 @@ void k3_kern_rows_avx2(const k3_mat *W, const float *x, size_t ldx, uint32_t T,
                        float *y, size_t ldy, uint32_t r0, uint32_t r1);
 void k3_kern_rows_avx512(const k3_mat *W, const float *x, size_t ldx, uint32_t T,
                          float *y, size_t ldy, uint32_t r0, uint32_t r1);
+/* k3_mx_table[s][c]: the canonical fp32 weight of MXFP4 element code c (0-15) in a
+   block of scale code s, e2m1(c) * 2^(s-127) as kern_scalar.c defines it (-0 for
+   code 8, NaN for s = 255); filled before main() runs. [256 scale codes][16 codes] */
+extern float k3_mx_table[256][16];
+
 /*
  * For the tests only (kern_avx2.c): the AVX-512 path's structure (two rows per
  * vector, kern_simd.h with KS_NR 2) run on pairs of AVX2 registers, so that it

@@ -9,7 +9,8 @@
  * (or each 128-bit lane) independently, like its AVX2 namesake. The same
  * kernel structure on pairs of AVX2 registers (k3_kern_rows_avx2x2) is
  * tested bit for bit on every AVX2 machine; this file runs where the CPU has
- * AVX-512.
+ * AVX-512. One token's MXFP4 rows have a kernel of their own (mx_mv below),
+ * tested bit for bit against the scalar path on AVX-512 machines only.
  */
 #include <immintrin.h>
 #include <stdint.h>
@@ -78,8 +79,100 @@ static inline void k3_512_halves(__m512 v, float *o0, float *o1)
 #define ks_reg(v) ((void)0)                                     /* 32 registers: not needed */
 #include "kern_simd.h"
 
+/*
+ * ---- matrix-vector, MXFP4: one row per __m512 ----
+ * One token's MXFP4 rows do not use kern_simd.h: a row's 16 lanes fill one
+ * vector, slot k < 8 holding canonical lane 2k and slot 8 + k lane 2k + 1, so a
+ * 16-group of weights is elements 0,2,..,14 | 1,3,..,15 and x is packed in that
+ * order once per call. The 16 weights of a group are one vpermps through the
+ * block's row of k3_mx_table, which holds the canonical products themselves
+ * (-0 for code 8, NaN for scale 255, subnormals), so there is no fast/exact
+ * split and no zero recheck. Per block of 32 and row: a 16-byte broadcast of
+ * the codes, one masked shift that brings the high nibbles of lanes 2-3 down,
+ * two pshufb (byte k of a group to slots k and 8 + k; vpermps reads only the low
+ * 4 bits of an index), two vpermps and the two FMAs of the canonical order.
+ */
+#define MX_R 4            /* rows per pass (each its own accumulator chain) */
+#define MX_XMAX 16384     /* columns the packed x holds on the stack; wider rows use kern_simd.h */
+
+static const int32_t mx_eo[16] __attribute__((aligned(64))) = {
+    0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15 };
+/* pshufb indices: dword t of 128-bit lane m takes byte (4m + t) % 8 of the group
+ * (the block's first 8 bytes, or +8 its second) into its low byte */
+#define MX_B(b) (b), -1, -1, -1
+#define MX_PICK(o) { MX_B(o), MX_B(o + 1), MX_B(o + 2), MX_B(o + 3), MX_B(o + 4), MX_B(o + 5), \
+    MX_B(o + 6), MX_B(o + 7), MX_B(o), MX_B(o + 1), MX_B(o + 2), MX_B(o + 3), MX_B(o + 4), \
+    MX_B(o + 5), MX_B(o + 6), MX_B(o + 7) }
+static const int8_t mx_pick[2][64] __attribute__((aligned(64))) = { MX_PICK(0), MX_PICK(8) };
+
+/* Rows [r, r+R) over the packed x (xp: [cols], slot order per 16-group); the
+ * next pass (rn rows from r+R) is prefetched a line or so per block. */
+static inline __attribute__((always_inline)) void mx_pass(const k3_mat *W, const float *xp,
+                                                          float *y, uint32_t r, int R, uint32_t rn)
+{
+    const uint32_t nb = W->cols / 32;
+    const size_t rb = W->cols / 2;                                   /* code bytes per row */
+    const uint8_t *q = (const uint8_t *)W->data + (size_t)r * rb;    /* [R][cols/2] codes */
+    const uint8_t *s = W->scales + (size_t)r * nb;                   /* [R][cols/32] scales */
+    const uint8_t *nq = q + (size_t)R * rb, *ns = s + (size_t)R * nb; /* the next pass */
+    const size_t nqb = (size_t)rn * rb, nsb = (size_t)rn * nb;
+    const uint32_t step = (uint32_t)(R * 16 + 63) / 64;               /* lines per block */
+    const __m512i p0 = _mm512_load_si512(mx_pick[0]), p1 = _mm512_load_si512(mx_pick[1]);
+    __m512 acc[MX_R];                                                /* [row] lanes, slot order */
+    for (int k = 0; k < R; k++) acc[k] = _mm512_setzero_ps();
+    for (uint32_t b = 0; b < nb; b++) {
+        const __m512 x0 = _mm512_load_ps(xp + 32 * b), x1 = _mm512_load_ps(xp + 32 * b + 16);
+        for (uint32_t j = 0; j < step; j++) {
+            size_t off = ((size_t)b * step + j) * 64;
+            if (off < nqb) KS_PREFETCH(nq, off);
+        }
+        if ((size_t)b * 64 < nsb) KS_PREFETCH(ns, (size_t)b * 64);
+        for (int k = 0; k < R; k++) {
+            const __m512 tab = _mm512_load_ps(k3_mx_table[s[(size_t)k * nb + b]]);
+            __m512i qb = _mm512_broadcast_i32x4(
+                _mm_loadu_si128((const __m128i *)(const void *)(q + (size_t)k * rb + 16 * b)));
+            qb = _mm512_mask_srli_epi16(qb, (__mmask32)0xFFFF0000u, qb, 4);  /* lanes 2-3: >> 4 */
+            __m512 w0 = _mm512_permutexvar_ps(_mm512_shuffle_epi8(qb, p0), tab);
+            __m512 w1 = _mm512_permutexvar_ps(_mm512_shuffle_epi8(qb, p1), tab);
+            acc[k] = _mm512_fmadd_ps(w0, x0, acc[k]);                /* elements 32b .. 32b+15 */
+            acc[k] = _mm512_fmadd_ps(w1, x1, acc[k]);                /* 32b+16 .. 32b+31 */
+        }
+    }
+    for (int k = 0; k < R; k++) {
+        float a[16], lanes[16];
+        _mm512_storeu_ps(a, acc[k]);
+        for (int j = 0; j < 8; j++) {
+            lanes[2 * j] = a[j];
+            lanes[2 * j + 1] = a[8 + j];
+        }
+        y[r + (uint32_t)k] = ks_reduce16(lanes);
+    }
+}
+
+static void mx_mv(const k3_mat *W, const float *x, float *y, uint32_t r0, uint32_t r1)
+{
+    float xp[MX_XMAX] __attribute__((aligned(64)));   /* [cols] x, slot order per 16-group */
+    const __m512i eo = _mm512_load_si512(mx_eo);
+    for (uint32_t g = 0; g < W->cols / 16; g++)
+        _mm512_store_ps(xp + 16 * g, _mm512_permutexvar_ps(eo, _mm512_loadu_ps(x + 16 * g)));
+    for (uint32_t r = r0; r < r1;) {
+        uint32_t n = r1 - r < MX_R ? r1 - r : MX_R;
+        uint32_t rn = r1 - r - n < MX_R ? r1 - r - n : MX_R;
+        switch (n) {
+        case 4: mx_pass(W, xp, y, r, 4, rn); break;
+        case 3: mx_pass(W, xp, y, r, 3, rn); break;
+        case 2: mx_pass(W, xp, y, r, 2, rn); break;
+        default: mx_pass(W, xp, y, r, 1, rn); break;
+        }
+        r += n;
+    }
+}
+
 void k3_kern_rows_avx512(const k3_mat *W, const float *x, size_t ldx, uint32_t T,
                          float *y, size_t ldy, uint32_t r0, uint32_t r1)
 {
-    ks_rows_avx512(W, x, ldx, T, y, ldy, r0, r1);
+    if (T == 1 && W->enc == K3_ENC_MXFP4 && W->cols <= MX_XMAX && r0 < r1)
+        mx_mv(W, x, y, r0, r1);
+    else
+        ks_rows_avx512(W, x, ldx, T, y, ldy, r0, r1);
 }

@@ -41,6 +41,20 @@ static float weight(const k3_mat *W, uint32_t r, uint32_t i)
     return e2m1 * scale;                      /* one IEEE fp32 multiply (no contraction) */
 }
 
+/* The canonical weight of every (scale code, element code) pair, for the table
+ * lookups of the AVX-512 matrix-vector kernel; filled at load time by the same
+ * multiply as weight() above (this file is compiled for baseline x86-64). */
+float k3_mx_table[256][16] __attribute__((aligned(64)));
+
+__attribute__((constructor)) static void mx_table_fill(void)
+{
+    for (int s = 0; s < 256; s++)
+        for (int c = 0; c < 16; c++) {
+            float e2m1 = k3_e2m1_to_f32((uint8_t)c), scale = k3_e8m0_to_f32((uint8_t)s);
+            k3_mx_table[s][c] = e2m1 * scale;
+        }
+}
+
 void k3_kern_rows_scalar(const k3_mat *W, const float *x, size_t ldx, uint32_t T,
                          float *y, size_t ldy, uint32_t r0, uint32_t r1)
 {

@@ -426,6 +426,13 @@ int main(void)
     }
     run_case(K3_ENC_BF16, 9, 1100, 131, 0);      /* 3 panels, 3 token chunks, a tail */
     run_case(K3_ENC_MXFP4, 9, 1056, 131, 1);
+    /* K3's expert widths (down: 3072, gate/up: 7168) one token at a time, and a row
+     * wider than the AVX-512 MXFP4 kernel's packed x (16384), which takes kern_simd.h */
+    for (int kind = 0; kind < 4; kind++) {
+        run_case(K3_ENC_MXFP4, 13, 3072, 1, kind);
+        run_case(K3_ENC_MXFP4, 6, 7168, 1, kind);
+    }
+    run_case(K3_ENC_MXFP4, 5, 16416, 1, 0);
     run_mxfp4_exhaustive();
     run_negative_zero();
     /* large enough for k3_matmul to use the threads (rows * cols * T >= 65536) */
