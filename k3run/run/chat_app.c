@@ -186,7 +186,7 @@ int k3_chat_answer(chat_app *app)
         fflush(NULL);
     }
     if (e) { free(message); return fail(e, &d); }
-    json_t *msg = json_loads(message, 0, NULL);
+    json_t *msg = json_loads(message, JSON_ALLOW_NUL, NULL);
     free(message);
     if (!msg) { k3_error("out of memory"); return K3_EXIT_IO; }
     json_array_append(json_object_get(app->conv, "messages"), msg);
@@ -240,7 +240,7 @@ int k3_chat_load(chat_app *app, const char *path)
         return fail(e, &d);
     }
     const k3_session_part *x = k3_session_extra(&ss, "chat");
-    json_t *doc = x ? json_loadb(x->data, (size_t)x->bytes, 0, NULL) : NULL;
+    json_t *doc = x ? json_loadb(x->data, (size_t)x->bytes, JSON_ALLOW_NUL, NULL) : NULL;
     json_t *conv = doc ? json_object_get(doc, "conversation") : NULL;
     if (!json_is_array(json_object_get(conv, "messages"))) {
         json_decref(doc);
@@ -300,7 +300,7 @@ static int read_requests(chat_app *app)
         while (off < len && (text[off] == ' ' || text[off] == '\n' || text[off] == '\r' || text[off] == '\t')) off++;
         if (off == len) break;
         json_error_t je;
-        json_t *r = json_loadb(text + off, len - off, JSON_DISABLE_EOF_CHECK, &je);
+        json_t *r = json_loadb(text + off, len - off, JSON_DISABLE_EOF_CHECK | JSON_ALLOW_NUL, &je);
         if (!r) {
             k3_error("'%s': not a JSON chat request: %s (byte %zu)", fn, je.text, off + (size_t)je.position);
             free(text);

@@ -293,6 +293,26 @@ class TestChat(unittest.TestCase):
         for args in (["--effort", "medium"], ["--think", "maybe"], ["--stop", ""], ["-p", "x", "--messages", path]):
             self.assertEqual(chat(self.pack, args, check=False).returncode, 2, args)
 
+    def test_nul_characters(self):
+        """U+0000 in a request file's message and in an answer (jansson refuses it unless told):
+        the request is answered, the answer's JSON carries it, and a session with it loads again.
+        Before the fix a request file with \\u0000 was 'not a JSON chat request' (exit 1) and an
+        answer holding U+0000 was 'out of memory'."""
+        path = os.path.join(self.work, "nul.json")
+        with open(path, "w") as f:
+            json.dump({"messages": [{"role": "user", "content": "Quote\u0000 Genesis 1:1."}]}, f)
+        sess = os.path.join(self.work, "nul.k3session")
+        d = self.one(["--messages", path, "-n", "30", "--save-session", sess])
+        self.assertEqual(d["usage"]["completion_tokens"] > 0, True, d)
+        d2 = self.one(["--load-session", sess, "-p", Q2, "-n", "10"])
+        self.assertGreater(d2["usage"]["prompt_tokens_details"]["cached_tokens"], 0, d2)
+        # the random-weight tiny model answers U+0000 among its first 3000 greedy tokens (seed 1)
+        _, tiny = make_pack("tiny", 1)
+        p = chat(tiny, ["-p", "hi", "-n", "3000", "--json"])
+        text = p.stdout.decode()
+        self.assertIn("\\u0000", text)
+        self.assertEqual(json.loads(text)["usage"]["completion_tokens"], 3000)
+
 
 if __name__ == "__main__":
     unittest.main()
