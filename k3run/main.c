@@ -22,6 +22,7 @@
 #include "chat_json.h"
 #include "chat_render.h"
 #include "chat_cli.h"
+#include "serve_cli.h"
 #include "cli_args.h"
 #include "run.h"
 #include "text.h"
@@ -263,6 +264,7 @@ int main(int argc, char **argv)
 {
     k3_log_init(argv[0]);
     if (argc > 1 && !strcmp(argv[1], "chat")) return k3_chat_main(argc - 1, argv + 1);   /* k3run chat ... */
+    if (argc > 1 && !strcmp(argv[1], "serve")) return k3_serve_main(argc - 1, argv + 1); /* k3run serve ... */
     k3_args a;
     k3_diag d;
     if (k3_opts_parse(opts, N_OPTS, argc, argv, &a, &d)) return k3_usage_error("%s", d.msg);

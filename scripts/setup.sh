@@ -11,29 +11,51 @@ set -eu
 # build: compiler, cmake, pkg-config; libraries; test reference (python3 + numpy + regex);
 # strace: the k3pack kill tests stop it at exact system calls (pack_resume, pack_faults);
 # bible-kjv-text + its reader bible-kjv: the demo model's training and held-out text;
-# libedit-dev: line editing and history in `k3run chat` (BSD-licensed, Debian's editline)
+# libedit-dev: line editing and history in `k3run chat` (BSD-licensed, Debian's editline);
+# libmicrohttpd-dev: the HTTP server of `k3run serve`; curl: the server's tests
 PKGS="gcc make cmake pkg-config libzstd-dev libxxhash-dev libarchive-dev libjansson-dev
-      libpcre2-dev libedit-dev python3 python3-numpy python3-regex python3-xxhash zstd bc strace
-      bible-kjv bible-kjv-text"
+      libpcre2-dev libedit-dev libmicrohttpd-dev curl python3 python3-numpy python3-regex python3-xxhash
+      zstd bc strace bible-kjv bible-kjv-text"
 if [ "${1:-}" = "--train" ]; then
     PKGS="$PKGS python3-torch libopenblas0-pthread"
 fi
-# optional: clang + libFuzzer runtime for the fuzz target (skipped silently if unavailable)
-OPTIONAL="clang libclang-rt-14-dev"
+# optional: clang + libFuzzer runtime for the fuzz target; Chromium for the chat page's browser test
+# (serve.page). Each is skipped silently when it cannot be installed; its tests say they are skipped.
+OPTIONAL="clang libclang-rt-14-dev chromium"
+# node + npm run the server's client tests (the official openai SDK, playwright-core driving Chromium)
+command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || OPTIONAL="$OPTIONAL nodejs npm"
 
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
 done
-[ -z "$missing" ] && exit 0
-
-echo "k3 setup: installing$missing" >&2
+# the optional ones are tried once per build tree (a stamp in build/), not on every run
+root="$(cd "$(dirname "$0")/.." && pwd)"
+stamp="$root/build/.k3-setup-optional"
+optional=""
+if [ -n "$missing" ] || [ ! -e "$stamp" ]; then
+    for p in $OPTIONAL; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || optional="$optional $p"
+    done
+fi
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq >/dev/null
-$SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
-for p in $OPTIONAL; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
+if [ -n "$missing$optional" ]; then
+    echo "k3 setup: installing$missing$optional" >&2
+    $SUDO apt-get update -qq >/dev/null
+    [ -z "$missing" ] || $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
+    for p in $optional; do
         $SUDO apt-get install -y -qq --no-install-recommends "$p" >/dev/null 2>&1 || true
-done
+    done
+fi
+mkdir -p "$root/build" && : > "$stamp"
+
+# the npm packages of tests/serve (package-lock.json pins them), from the npm registry
+serve="$root/tests/serve"
+if command -v npm >/dev/null 2>&1 && [ ! -e "$serve/node_modules/.package-lock.json" ]; then
+    echo "k3 setup: npm ci in tests/serve (openai, playwright-core)" >&2
+    (cd "$serve" && npm ci --silent --no-audit --no-fund >/dev/null 2>&1) ||
+        echo "k3 setup: npm ci failed: the serve.sdk and serve.page tests will be skipped" >&2
+fi
+exit 0

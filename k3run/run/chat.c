@@ -66,6 +66,11 @@ k3_err k3_chat_new(k3_model *m, const k3_tok *tok, const k3_sampler_opts *so, ui
     return K3_OK;
 }
 
+k3_err k3_chat_set_sampler(k3_chat *c, const k3_sampler_opts *so, k3_diag *d)
+{
+    return k3_sampler_reset(&c->s, so, d);
+}
+
 void k3_chat_free(k3_chat *c)
 {
     if (!c) return;
@@ -353,4 +358,54 @@ k3_err k3_chat_turn(k3_chat *c, const char *request, size_t len, const k3_chat_o
 out:
     k3_chat_prompt_free(&pr);
     return e;
+}
+
+k3_err k3_chat_complete(k3_chat *c, const int32_t *ids, uint32_t n, int64_t eos, const k3_chat_opts *o,
+                        const k3_chat_sink *sink, volatile sig_atomic_t *stop, char **text, size_t *text_len,
+                        k3_chat_stats *st, k3_diag *d)
+{
+    memset(st, 0, sizeof *st);
+    *text = NULL;
+    *text_len = 0;
+    double t0 = k3_now();
+    uint32_t ctx = k3_model_context(c->m);
+    if (n == 0) return k3_fail(d, K3_ERR_USAGE, "the prompt is empty");
+    if (n >= ctx)
+        return k3_fail(d, K3_ERR_USAGE, "the prompt is %u tokens: it does not fit the context of %u positions with "
+                       "room for an answer (--context)", n, ctx);
+    st->prompt_tokens = n;
+    k3_err e = sync_prompt(c, ids, n, &st->cached_tokens, d);
+    if (e) return e;
+    take_snapshot(c);
+    st->t_prompt = k3_now() - t0;
+    turn t = {.sink = sink};
+    if ((e = k3_stopstr_init(&t.stop, o->stops, (size_t)o->n_stops, d))) return e;
+    double tg = k3_now();
+    int ended = 0, interrupted = 0;
+    k3_decoder dc;
+    k3_dec_init(&dc, c->m, &c->s, c->held, k3_model_pos(c->m), c->cap, c->max_draft, &c->learn);
+    while (st->completion_tokens < o->n_predict) {
+        if (stop && *stop) { interrupted = 1; break; }
+        int32_t id;
+        if ((e = k3_dec_next(&dc, o->n_predict - st->completion_tokens, &id, d))) break;
+        if (st->completion_tokens == 0) st->t_first = k3_now() - t0;
+        st->completion_tokens++;
+        if (id == eos) { ended = 1; break; }
+        size_t len = 0;
+        const uint8_t *b = k3_tok_bytes(c->tok, id, &len);
+        if (b && len && k3_stopstr_feed(&t.stop, b, len, emit_content, &t)) { t.stopped = 1; break; }
+        if (st->completion_tokens == o->n_predict) break;   /* no pass for a token nothing follows */
+        if (k3_dec_pos(&dc) + 1 >= ctx) break;              /* the context is full */
+    }
+    if (!e) e = k3_dec_finish(&dc, d);
+    st->dec = dc.stats;
+    if (!t.stopped) k3_stopstr_finish(&t.stop, emit_content, &t);
+    st->t_gen = k3_now() - tg;
+    st->finish = interrupted ? "interrupted" : (ended || t.stopped) ? "stop" : "length";
+    k3_stopstr_free(&t.stop);
+    if (e) { free(t.content); return e; }
+    *text = t.content ? t.content : calloc(1, 1);
+    *text_len = t.cn;
+    if (!*text) return k3_fail(d, K3_ERR_NOMEM, "out of memory");
+    return K3_OK;
 }

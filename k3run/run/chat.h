@@ -59,6 +59,9 @@ void k3_chat_free(k3_chat *c);
 /* Speculative decoding for the answers (decode.h): at most max_draft drafted tokens per pass
    (0: off, the default), the draft-length rule's rho (k3_dec_rho). */
 void k3_chat_set_draft(k3_chat *c, uint32_t max_draft, double rho);
+/* The sampler's options for the next turns, its PRNG seeded afresh from so->seed (a request of
+   the server: the same request and seed give the same answer as a fresh `k3run chat`). */
+k3_err k3_chat_set_sampler(k3_chat *c, const k3_sampler_opts *so, k3_diag *d);
 /* Forget everything the model holds (a new conversation). */
 void k3_chat_reset(k3_chat *c);
 
@@ -70,6 +73,16 @@ void k3_chat_reset(k3_chat *c);
  */
 k3_err k3_chat_turn(k3_chat *c, const char *request, size_t len, const k3_chat_opts *o, const k3_chat_sink *sink,
                     volatile sig_atomic_t *stop, char **message, k3_chat_stats *st, k3_diag *d);
+
+/*
+ * A raw completion over the same model and prompt cache: prompt ids[0..n) as they are (no chat
+ * format), then up to o->n_predict tokens, ending at eos (>= 0; not shown) or a stop string.
+ * The text streams through sink->text on channel 1; *text receives all of it (malloc'd, raw
+ * bytes, *text_len long). st->finish is "stop", "length" or "interrupted".
+ */
+k3_err k3_chat_complete(k3_chat *c, const int32_t *ids, uint32_t n, int64_t eos, const k3_chat_opts *o,
+                        const k3_chat_sink *sink, volatile sig_atomic_t *stop, char **text, size_t *text_len,
+                        k3_chat_stats *st, k3_diag *d);
 
 /* The ids the model holds (its position), and the sampler (for session files). */
 const int32_t *k3_chat_held(const k3_chat *c, uint32_t *n);

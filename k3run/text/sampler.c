@@ -59,6 +59,15 @@ k3_err k3_sampler_init(k3_sampler *s, const k3_sampler_opts *o, uint32_t vocab, 
     return K3_OK;
 }
 
+k3_err k3_sampler_reset(k3_sampler *s, const k3_sampler_opts *o, k3_diag *d)
+{
+    k3_err e = k3_sampler_check(o, d);
+    if (e) return e;
+    s->o = *o;
+    k3_sampler_seed(s, 0x853c49e6748fea9bULL ^ o->seed, o->seed);
+    return K3_OK;
+}
+
 void k3_sampler_free(k3_sampler *s)
 {
     free(s->val);

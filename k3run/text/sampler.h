@@ -34,6 +34,9 @@ typedef struct k3_sampler {
 k3_err k3_sampler_check(const k3_sampler_opts *o, k3_diag *d);
 k3_err k3_sampler_init(k3_sampler *s, const k3_sampler_opts *o, uint32_t vocab, k3_diag *d);
 void k3_sampler_free(k3_sampler *s);
+/* New options and the PRNG seeded afresh from o->seed, as k3_sampler_init would; the context
+   (the repetition penalty's ids) is kept. */
+k3_err k3_sampler_reset(k3_sampler *s, const k3_sampler_opts *o, k3_diag *d);
 /* Record a token of the context (prompt or generated) for the repetition penalty. */
 void k3_sampler_accept(k3_sampler *s, int32_t id);
 /* Forget the context (the repetition penalty's ids), keeping the PRNG: a rewound sequence

@@ -1,0 +1,447 @@
+/*
+ * serve_http.c - the HTTP side of `k3run serve` (serve_impl.h), on libmicrohttpd:
+ * one thread per connection, the body read under a size cap and a deadline,
+ * the API key, routing, error responses, and the two ways a job's output
+ * goes out (a whole body, or server-sent events as they are made).
+ *
+ * libmicrohttpd (Debian's libmicrohttpd-dev) because it is the small, well-kept
+ * C HTTP/1.1 server library: chunked responses from a callback (the event
+ * stream), a thread per connection (a slow client holds only its own thread),
+ * connection limits and timeouts, and a clean quiesce and stop for SIGTERM.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <microhttpd.h>
+
+#include "k3_log.h"
+#include "k3_sys.h"
+#include "serve_impl.h"
+
+#define SRV_CONN_LIMIT 64
+#define SRV_WAIT_MS 100           /* how often a waiting connection looks at its client */
+
+typedef enum { R_CHAT, R_COMPLETION, R_MODELS, R_HEALTH, R_METRICS, R_PAGE, R_NONE } route;
+
+/* One request on a connection. */
+typedef struct conn {
+    srv *s;
+    route r;
+    double t0;                    /* when its headers arrived */
+    srv_buf body;                 /* [body.n] the request body so far */
+    int failed;                   /* an error response is queued, or (fail_status) waits for the body's end */
+    int fail_status;              /* a refusal sent once the body is read (closing on unread data could
+                                     reset the connection before the client reads the answer) */
+    char fail_msg[200];
+    size_t dropped;               /* body bytes read and dropped after the refusal */
+    int fd;                       /* the client's socket (to see it leave) */
+    int counted;                  /* holds one of srv.active until the request is done */
+} conn;
+
+static const struct { const char *path, *method; route r; } routes[] = {
+    {"/v1/chat/completions", "POST", R_CHAT},
+    {"/v1/completions", "POST", R_COMPLETION},
+    {"/v1/models", "GET", R_MODELS},
+    {"/health", "GET", R_HEALTH},
+    {"/metrics", "GET", R_METRICS},
+    {"/", "GET", R_PAGE},
+    {"/index.html", "GET", R_PAGE},
+};
+#define N_ROUTES ((int)(sizeof routes / sizeof routes[0]))
+
+/* ---- responses ---------------------------------------------------------------- */
+
+static enum MHD_Result send_body(struct MHD_Connection *c, int status, const char *type, char *body, size_t n,
+                                 int free_it, const char *extra_name, const char *extra_value)
+{
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(n, body, free_it ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+    if (!r) { if (free_it) free(body); return MHD_NO; }
+    MHD_add_response_header(r, "Content-Type", type);
+    MHD_add_response_header(r, "Cache-Control", "no-store");
+    if (extra_name) MHD_add_response_header(r, extra_name, extra_value);
+    enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
+static enum MHD_Result send_json(struct MHD_Connection *c, int status, char *json)
+{
+    if (!json) return MHD_NO;
+    return send_body(c, status, "application/json", json, strlen(json), 1, NULL, NULL);
+}
+
+static enum MHD_Result send_error_h(srv *s, struct MHD_Connection *c, int status, const char *msg,
+                                    const char *hname, const char *hvalue)
+{
+    pthread_mutex_lock(&s->mu);
+    if (status >= 400 && status < 600) s->mt.errors[status]++;
+    pthread_mutex_unlock(&s->mu);
+    char *e = srv_api_error_json(status, msg);
+    if (!e) return MHD_NO;
+    return send_body(c, status, "application/json", e, strlen(e), 1, hname, hvalue);
+}
+
+static enum MHD_Result send_error(srv *s, struct MHD_Connection *c, int status, const char *msg)
+{
+    return send_error_h(s, c, status, msg, NULL, NULL);
+}
+
+/* An error written straight to the socket, for a request given up while its body still comes in:
+   libmicrohttpd sends no response queued before the body's end, it only closes. The caller
+   returns MHD_NO, which closes the connection. */
+static enum MHD_Result raw_error(srv *s, int fd, int status, const char *reason, const char *msg)
+{
+    pthread_mutex_lock(&s->mu);
+    s->mt.errors[status]++;
+    pthread_mutex_unlock(&s->mu);
+    char *e = srv_api_error_json(status, msg), *r = NULL;
+    int n = e ? asprintf(&r, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+                         "Connection: close\r\n\r\n%s", status, reason, strlen(e), e) : -1;
+    if (n > 0 && fd >= 0) {
+        ssize_t w = send(fd, r, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
+        (void)w;
+        shutdown(fd, SHUT_WR);
+    }
+    free(r);
+    free(e);
+    return MHD_NO;
+}
+
+/* ---- the client ----------------------------------------------------------------- */
+
+/* The client closed its side (or the connection broke). */
+static int peer_gone(int fd)
+{
+    if (fd < 0) return 0;
+    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+    if (poll(&p, 1, 0) <= 0) return 0;
+    return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
+}
+
+static void wait_ms(srv *s, int ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += (long)ms * 1000000L;
+    ts.tv_sec += ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+}
+
+/* Constant time in the length of the longer string. */
+static int key_ok(const char *want, const char *got)
+{
+    size_t a = strlen(want), b = got ? strlen(got) : 0, n = a > b ? a : b;
+    unsigned char diff = (unsigned char)(a != b);
+    for (size_t i = 0; i < n; i++) diff |= (unsigned char)((i < a ? want[i] : 0) ^ (i < b ? got[i] : 0));
+    return got && diff == 0;
+}
+
+/* ---- streams ---------------------------------------------------------------------- */
+
+/* A stream's own state: it lives as long as its response, which may outlive the request's conn. */
+typedef struct sse {
+    srv *s;
+    srv_job *j;
+    int fd;
+} sse;
+
+static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    sse *k = cls;
+    srv *s = k->s;
+    srv_job *j = k->j;
+    (void)pos;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        if (j->sent < j->out.n) {
+            size_t n = j->out.n - j->sent < max ? j->out.n - j->sent : max;
+            memcpy(buf, j->out.p + j->sent, n);
+            j->sent += n;
+            if (j->sent == j->out.n) j->sent = j->out.n = 0;
+            pthread_mutex_unlock(&s->mu);
+            return (ssize_t)n;
+        }
+        if (j->state == SRV_DONE) {
+            pthread_mutex_unlock(&s->mu);
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        }
+        wait_ms(s, SRV_WAIT_MS);
+        if (j->state != SRV_DONE && peer_gone(k->fd)) {
+            j->cancel = 1;
+            pthread_mutex_unlock(&s->mu);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+    }
+}
+
+/* The stream's response is gone (sent, or the client left): the job is the worker's alone. */
+static void sse_done(void *cls)
+{
+    sse *k = cls;
+    srv *s = k->s;
+    pthread_mutex_lock(&s->mu);
+    if (k->j->state != SRV_DONE) k->j->cancel = 1;
+    srv_job_unref(s, k->j);
+    s->active--;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    free(k);
+}
+
+/* ---- the API's POSTs ---------------------------------------------------------------- */
+
+static enum MHD_Result api_post(srv *s, conn *k, struct MHD_Connection *c)
+{
+    char msg[1200] = "";
+    srv_job *j;
+    int st = srv_api_parse(s, k->r == R_CHAT ? SRV_CHAT : SRV_COMPLETION, k->body.p ? k->body.p : "", k->body.n, &j,
+                           msg, sizeof msg);
+    if (st) return send_error(s, c, st, msg);
+    pthread_mutex_lock(&s->mu);
+    if (s->stopping || s->q_n + (s->current != NULL) > s->queue_max) {   /* queue_max wait, one runs */
+        int stopping = s->stopping;
+        if (!stopping) s->mt.rejected_busy++;
+        srv_job_unref(s, j);
+        pthread_mutex_unlock(&s->mu);
+        return send_error_h(s, c, 503, stopping ? "the server is shutting down" :
+                            "the server is busy: the queue of requests is full; retry later", "Retry-After", "1");
+    }
+    j->refs = 2;
+    j->state = SRV_QUEUED;
+    s->queue[(s->q_head + s->q_n++) % s->ring] = j;
+    s->active++;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    if (j->stream) {
+        sse *x = malloc(sizeof *x);
+        struct MHD_Response *r = NULL;
+        if (x) {
+            *x = (sse){.s = s, .j = j, .fd = k->fd};
+            r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, sse_read, x, sse_done);
+        }
+        if (!r) {                                   /* the job runs for nobody: let it go */
+            pthread_mutex_lock(&s->mu);
+            j->cancel = 1;
+            srv_job_unref(s, j);
+            s->active--;
+            pthread_mutex_unlock(&s->mu);
+            free(x);
+            return MHD_NO;
+        }
+        MHD_add_response_header(r, "Content-Type", "text/event-stream");
+        MHD_add_response_header(r, "Cache-Control", "no-cache");
+        MHD_add_response_header(r, "X-Accel-Buffering", "no");
+        enum MHD_Result ok = MHD_queue_response(c, MHD_HTTP_OK, r);
+        MHD_destroy_response(r);
+        return ok;
+    }
+    /* the whole answer: wait for it, watching the client */
+    pthread_mutex_lock(&s->mu);
+    while (j->state != SRV_DONE) {
+        wait_ms(s, SRV_WAIT_MS);
+        if (j->state != SRV_DONE && peer_gone(k->fd)) j->cancel = 1;
+    }
+    char *body = j->out.p;
+    size_t n = j->out.n;
+    int status = j->status ? j->status : 500;
+    j->out = (srv_buf){0};
+    srv_job_unref(s, j);
+    k->counted = 1;                                  /* `active` drops once the answer went out (on_done) */
+    pthread_mutex_unlock(&s->mu);
+    if (!body) return send_error(s, c, 500, "the answer was lost (out of memory)");
+    return send_body(c, status, "application/json", body, n, 1, NULL, NULL);
+}
+
+/* ---- the request ------------------------------------------------------------------- */
+
+static void count(srv *s, route r)
+{
+    pthread_mutex_lock(&s->mu);
+    s->mt.requests[r]++;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_size, void **con_cls)
+{
+    srv *s = cls;
+    conn *k = *con_cls;
+    (void)version;
+    if (!k) {                                        /* the headers are in */
+        if (!(k = calloc(1, sizeof *k))) return MHD_NO;
+        *con_cls = k;
+        k->s = s;
+        k->t0 = k3_now();
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        k->fd = ci ? ci->connect_fd : -1;
+        k->r = R_NONE;
+        int path_known = 0;
+        char allow[32] = "";
+        for (int i = 0; i < N_ROUTES; i++) {
+            if (strcmp(url, routes[i].path)) continue;
+            path_known = 1;
+            snprintf(allow, sizeof allow, "%s", routes[i].method);
+            if (!strcmp(method, routes[i].method) || (!strcmp(method, "HEAD") && !strcmp(routes[i].method, "GET")))
+                k->r = routes[i].r;
+        }
+        char m[600];
+        if (k->r == R_NONE) {
+            k->failed = 1;
+            if (path_known) {
+                snprintf(m, sizeof m, "%s is not allowed on %s (use %s)", method, url, allow);
+                return send_error_h(s, c, 405, m, "Allow", allow);
+            }
+            snprintf(m, sizeof m, "no such endpoint: %.300s (the API is /v1/chat/completions, /v1/completions, "
+                     "/v1/models, /health, /metrics and the page /)", url);
+            return send_error(s, c, 404, m);
+        }
+        if (s->api_key && (k->r == R_CHAT || k->r == R_COMPLETION || k->r == R_MODELS || k->r == R_METRICS)) {
+            const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+            const char *tok = h && !strncasecmp(h, "Bearer ", 7) ? h + 7 : NULL;
+            if (!key_ok(s->api_key, tok)) {
+                k->failed = 1;
+                return send_error_h(s, c, 401, h ? "the API key is wrong" :
+                                    "an API key is needed: send the header 'Authorization: Bearer KEY'",
+                                    "WWW-Authenticate", "Bearer");
+            }
+        }
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+        if (cl && strtoull(cl, NULL, 10) > s->max_body) {
+            snprintf(k->fail_msg, sizeof k->fail_msg, "the body is %.40s bytes: at most %zu are accepted", cl,
+                     s->max_body);
+            k->fail_status = 413;
+            if (MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Expect")) {   /* it waits for a go-ahead */
+                k->failed = 1;
+                return send_error(s, c, 413, k->fail_msg);
+            }
+        }
+        return MHD_YES;
+    }
+    if (*upload_size) {                              /* a piece of the body */
+        size_t n = *upload_size;
+        *upload_size = 0;
+        if (k->failed) return MHD_YES;
+        if (k3_now() - k->t0 > s->timeout_s) {       /* a slow client: refuse now and close */
+            char m[200];
+            k->failed = 1;
+            snprintf(m, sizeof m, "the body did not arrive within %u s (k3run serve --timeout)", s->timeout_s);
+            return raw_error(s, k->fd, 408, "Request Timeout", m);
+        }
+        if (!k->fail_status && k->body.n + n > s->max_body) {
+            k->fail_status = 413;
+            snprintf(k->fail_msg, sizeof k->fail_msg, "the body is larger than %zu bytes", s->max_body);
+        }
+        if (k->fail_status) {                        /* read to its end, up to a limit */
+            k->dropped += n;
+            if (k->dropped > 4 * s->max_body) {
+                k->failed = 1;
+                return raw_error(s, k->fd, k->fail_status, k->fail_status == 413 ? "Content Too Large" :
+                                 "Internal Server Error", k->fail_msg);
+            }
+            return MHD_YES;
+        }
+        if (srv_buf_add(&k->body, upload, n)) { k->fail_status = 500; snprintf(k->fail_msg, sizeof k->fail_msg, "out of memory"); }
+        return MHD_YES;
+    }
+    if (k->failed) return MHD_YES;                   /* its error is queued already */
+    if (k->fail_status) {
+        k->failed = 1;
+        return send_error(s, c, k->fail_status, k->fail_msg);
+    }
+    count(s, k->r);
+    switch (k->r) {
+    case R_CHAT:
+    case R_COMPLETION:
+        return api_post(s, k, c);
+    case R_MODELS:
+        return send_json(c, 200, srv_api_models_json(s));
+    case R_HEALTH: {
+        pthread_mutex_lock(&s->mu);
+        char *h = NULL;
+        if (asprintf(&h, "{\"status\":\"%s\",\"busy\":%s,\"queue\":%u}", s->stopping ? "stopping" : "ok",
+                     s->current ? "true" : "false", s->q_n) < 0) h = NULL;
+        pthread_mutex_unlock(&s->mu);
+        return send_json(c, 200, h);
+    }
+    case R_METRICS: {
+        char *t = srv_api_metrics_text(s);
+        if (!t) return send_error(s, c, 500, "out of memory");
+        return send_body(c, 200, "text/plain; version=0.0.4", t, strlen(t), 1, NULL, NULL);
+    }
+    case R_PAGE:
+        return send_body(c, 200, "text/html; charset=utf-8", (char *)k3_serve_page, k3_serve_page_len, 0,
+                         "Content-Security-Policy", "default-src 'self'; script-src 'unsafe-inline'; "
+                         "style-src 'unsafe-inline'; connect-src 'self'");
+    default:
+        return send_error(s, c, 404, "no such endpoint");
+    }
+}
+
+static void on_done(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
+{
+    srv *s = cls;
+    (void)c;
+    (void)toe;
+    conn *k = *con_cls;
+    if (!k) return;
+    if (k->counted) {
+        pthread_mutex_lock(&s->mu);
+        s->active--;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+    }
+    free(k->body.p);
+    free(k);
+    *con_cls = NULL;
+}
+
+int srv_http_start(srv *s)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV},
+                    *ai = NULL;
+    char port[8];
+    snprintf(port, sizeof port, "%u", s->port);
+    int g = getaddrinfo(s->host, port, &hints, &ai);
+    if (g || !ai) {
+        k3_error("--host %s: %s", s->host, g ? gai_strerror(g) : "no address");
+        return K3_EXIT_USAGE;
+    }
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC;
+    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    s->mhd = MHD_start_daemon(flags, s->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)SRV_CONN_LIMIT, MHD_OPTION_CONNECTION_TIMEOUT,
+                              s->timeout_s, MHD_OPTION_NOTIFY_COMPLETED, on_done, s, MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!s->mhd) {
+        k3_error("cannot listen on %s port %u: %s", s->host, s->port,
+                 errno ? strerror(errno) : "the address is in use or not this machine's");
+        return K3_EXIT_IO;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
+    if (di) s->port = di->port;
+    return 0;
+}
+
+void srv_http_quiesce(srv *s)
+{
+    if (s->mhd) {
+        MHD_socket fd = MHD_quiesce_daemon(s->mhd);
+        if (fd != MHD_INVALID_SOCKET) close(fd);
+    }
+}
+
+void srv_http_stop(srv *s)
+{
+    if (s->mhd) MHD_stop_daemon(s->mhd);
+    s->mhd = NULL;
+}

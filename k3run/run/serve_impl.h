@@ -1,0 +1,134 @@
+/*
+ * serve_impl.h - `k3run serve`, the OpenAI-compatible HTTP server
+ * (docs/k3run-serve.md): private to serve_*.c (main.c sees serve_cli.h).
+ *
+ * Threads: libmicrohttpd runs one thread per connection (serve_http.c): it
+ * reads the request, checks it (serve_api.c: fields, then K3's renderer, so a
+ * refused request is a 400 before it waits for anything) and queues a job.
+ * The main thread is the one generation thread (serve_cli.c): it takes jobs in
+ * order and runs each to its end through the chat (chat.h), which keeps the
+ * prompt cache across requests. A job's output (the response body, or the
+ * server-sent events of a stream) goes through the job's buffer under the
+ * server's lock, from which the connection's thread sends it. A signal thread
+ * turns SIGTERM and SIGINT into a shutdown: the listener closes, the answer
+ * being generated is stopped within a token and finished properly, queued
+ * requests get 503, and the process exits 0 once every response went out.
+ */
+#ifndef K3_SERVE_IMPL_H
+#define K3_SERVE_IMPL_H
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "chat.h"
+#include "load.h"
+
+#include "serve_cli.h"
+
+/* A growing byte buffer. */
+typedef struct srv_buf {
+    char *p;                       /* [cap] bytes, p[0 .. n) used */
+    size_t n, cap;
+} srv_buf;
+int srv_buf_add(srv_buf *b, const void *s, size_t n);   /* 0, or -1 when out of memory */
+
+typedef enum { SRV_CHAT, SRV_COMPLETION } srv_kind;
+typedef enum { SRV_QUEUED, SRV_RUNNING, SRV_DONE } srv_state;
+
+/* UTF-8 completion of one channel's stream of bytes (a character split across tokens is sent whole). */
+typedef struct srv_utf8 {
+    uint8_t pend[4];
+    int np;
+} srv_utf8;
+
+typedef struct srv_job {
+    /* the request, fixed once queued */
+    srv_kind kind;
+    char *body;                    /* chat: the request JSON as the client sent it (the renderer's input) */
+    size_t body_len;
+    int32_t *ids;                  /* completion: [n_ids] the prompt's ids */
+    uint32_t n_ids;
+    uint32_t prompt_tokens;        /* the rendered prompt's length (checked against the context) */
+    k3_chat_opts co;
+    char **stops;                  /* [n_stops] owned */
+    k3_sampler_opts so;
+    int stream, include_usage;
+    char id[48];                   /* "chatcmpl-..." / "cmpl-..." */
+    long long created;
+    char *model;                   /* the name the response carries */
+    /* shared, under srv.mu */
+    srv_state state;
+    int refs;                      /* the connection's thread and (once queued) the generation thread */
+    volatile sig_atomic_t cancel;  /* the client went away, or the server stops */
+    srv_buf out;                   /* stream: events not yet sent (from `sent`); else the whole body */
+    size_t sent;
+    int status;                    /* HTTP status of the body (non-stream) */
+    /* the generation thread's own */
+    srv_utf8 u8[2];                /* reasoning, content */
+    int n_calls, role_sent;
+} srv_job;
+
+typedef struct srv_metrics {
+    uint64_t requests[6];          /* chat, completion, models, health, metrics, page */
+    uint64_t errors[600];          /* by HTTP status */
+    uint64_t prompt_tokens, cached_tokens, completion_tokens;
+    double gen_seconds;            /* generating (to compute tokens per second) */
+    uint64_t expert_hits, expert_misses, bytes_read;
+    uint64_t rejected_busy;
+} srv_metrics;
+
+typedef struct srv {
+    /* settings */
+    const char *pack, *host, *api_key, *model_name;
+    uint16_t port;
+    unsigned queue_max;            /* waiting jobs at most (the running one not counted) */
+    unsigned timeout_s;            /* a request's whole body must arrive within this */
+    size_t max_body;
+    k3_chat_opts co;               /* defaults of a request */
+    k3_sampler_opts so;
+    uint32_t threads;
+    k3_load_opts lo;
+    /* the model */
+    k3_tok *tok;
+    k3_loaded ld;
+    k3_chat *chat;
+    int64_t eos;
+    double t_load;
+    /* shared, under mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    srv_job **queue;               /* [ring] the jobs not yet taken, from q_head */
+    unsigned ring;                 /* queue_max + 1 */
+    unsigned q_head, q_n;
+    srv_job *current;
+    int stopping;
+    unsigned active;               /* connections with a response not yet finished */
+    srv_metrics mt;
+    struct MHD_Daemon *mhd;
+} srv;
+
+/* serve_http.c: start and stop the listener. */
+int srv_http_start(srv *s);
+void srv_http_quiesce(srv *s);     /* stop accepting connections */
+void srv_http_stop(srv *s);
+
+/* serve_api.c */
+/* Check a chat (kind SRV_CHAT) or completion request body; *job on success, else an error
+   status and message (msg[cap]). */
+int srv_api_parse(srv *s, srv_kind kind, const char *body, size_t len, srv_job **job, char *msg, size_t cap);
+/* Run a job to its end on the generation thread (the output lands in job->out). */
+void srv_api_run(srv *s, srv_job *j);
+/* An OpenAI-shaped error body: {"error": {"message", "type", "code"}} (malloc'd). */
+char *srv_api_error_json(int status, const char *msg);
+char *srv_api_models_json(const srv *s);
+char *srv_api_metrics_text(srv *s);            /* takes mu itself */
+void srv_job_unref(srv *s, srv_job *j);       /* with mu held */
+
+/* serve_page.c (generated from serve_page.html): the chat page. */
+extern const char k3_serve_page[];
+extern const unsigned long k3_serve_page_len;
+
+#endif

@@ -1,0 +1,60 @@
+// The official `openai` SDK against `k3run serve` (driven by test_serve_sdk.py).
+// Reads the requests from the JSON file argv[2]; prints one JSON document with what the SDK got.
+import fs from "node:fs";
+import OpenAI from "openai";
+
+const spec = JSON.parse(fs.readFileSync(process.argv[2], "utf8"));
+const client = new OpenAI({ baseURL: spec.base_url, apiKey: spec.api_key || "none", maxRetries: 0, timeout: 120000 });
+const out = {};
+
+const models = await client.models.list();
+out.models = models.data.map((m) => m.id);
+
+// non-streamed and streamed chat completions of the same requests
+out.chat = [];
+for (const req of spec.chat) {
+  const r = await client.chat.completions.create(req);
+  const m = r.choices[0].message;
+  const s = await client.chat.completions.create({ ...req, stream: true, stream_options: { include_usage: true } });
+  let content = "", reasoning = "", finish = null, usage = null, chunks = 0;
+  for await (const c of s) {
+    chunks++;
+    if (c.usage) usage = c.usage;
+    const ch = c.choices[0];
+    if (!ch) continue;
+    content += ch.delta.content || "";
+    reasoning += ch.delta.reasoning_content || "";
+    if (ch.finish_reason) finish = ch.finish_reason;
+  }
+  out.chat.push({ content: m.content, reasoning: m.reasoning_content, finish: r.choices[0].finish_reason,
+                  usage: r.usage, stream: { content, reasoning, finish, usage, chunks } });
+}
+
+// the same seed twice
+const a = await client.chat.completions.create(spec.seeded);
+const b = await client.chat.completions.create(spec.seeded);
+out.seeded = [a.choices[0].message.content, b.choices[0].message.content];
+
+// a tool round trip: the call and its result go back, the model answers
+const t = await client.chat.completions.create(spec.tools);
+out.tools = { content: t.choices[0].message.content, usage: t.usage };
+
+// a conversation: the second turn is served from the cache
+const turn1 = await client.chat.completions.create(spec.turn1);
+const msgs = [...spec.turn1.messages, { role: "assistant", content: turn1.choices[0].message.content },
+              { role: "user", content: spec.second_question }];
+const turn2 = await client.chat.completions.create({ ...spec.turn1, messages: msgs });
+out.turns = { first: turn1.usage, second: turn2.usage, messages: msgs, answer: turn2.choices[0].message.content };
+
+// a raw completion
+const c = await client.completions.create(spec.completion);
+out.completion = c.choices[0].text;
+
+// errors arrive as the SDK's typed errors
+try {
+  await client.chat.completions.create({ ...spec.seeded, n: 2 });
+  out.error = null;
+} catch (e) {
+  out.error = { status: e.status, message: e.message, name: e.constructor.name };
+}
+console.log(JSON.stringify(out));
