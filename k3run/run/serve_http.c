@@ -175,7 +175,7 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
             pthread_mutex_unlock(&s->mu);
             return MHD_CONTENT_READER_END_OF_STREAM;
         }
-        wait_ms(s, SRV_WAIT_MS);
+        wait_ms(s, SRV_FLUSH_MS);
         if (j->state != SRV_DONE && peer_gone(k->fd)) {
             j->cancel = 1;
             pthread_mutex_unlock(&s->mu);

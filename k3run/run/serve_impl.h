@@ -28,6 +28,8 @@
 
 #include "serve_cli.h"
 
+#define SRV_FLUSH_MS 20            /* a stream's events wait at most this long to go out */
+
 /* A growing byte buffer. */
 typedef struct srv_buf {
     char *p;                       /* [cap] bytes, p[0 .. n) used */
@@ -64,6 +66,7 @@ typedef struct srv_job {
     int refs;                      /* the connection's thread and (once queued) the generation thread */
     volatile sig_atomic_t cancel;  /* the client went away, or the server stops */
     srv_buf out;                   /* stream: events not yet sent (from `sent`); else the whole body */
+    double last_wake;              /* when the connection's thread was last woken for new output */
     size_t sent;
     int status;                    /* HTTP status of the body (non-stream) */
     /* the generation thread's own */
