@@ -70,6 +70,8 @@ void k3_chat_reset(k3_chat *c);
  * message. *message receives it as a JSON object text ({"role":"assistant","content",
  * "reasoning_content","tool_calls"}; malloc'd), ready to append to the conversation.
  * A refused request is K3_ERR_USAGE before anything is processed.
+ * Tests only: with K3_TEST_ANSWER set, its text (special tokens recognised) is the answer instead
+ * of the model's tokens, parsed and processed as they would be (tests/serve: tool calls).
  */
 k3_err k3_chat_turn(k3_chat *c, const char *request, size_t len, const k3_chat_opts *o, const k3_chat_sink *sink,
                     volatile sig_atomic_t *stop, char **message, k3_chat_stats *st, k3_diag *d);

@@ -39,6 +39,28 @@ out.seeded = [a.choices[0].message.content, b.choices[0].message.content];
 const t = await client.chat.completions.create(spec.tools);
 out.tools = { content: t.choices[0].message.content, usage: t.usage };
 
+// a whole tool round trip: the scripted server (tool_url) answers with a call, the SDK reads it
+// (streamed and not), its result goes back to the real model
+if (spec.tool_url) {
+  const tc = new OpenAI({ baseURL: spec.tool_url, apiKey: "none", maxRetries: 0, timeout: 120000 });
+  const first = await tc.chat.completions.create(spec.tool_call);
+  const m = first.choices[0].message;
+  const st = await tc.chat.completions.create({ ...spec.tool_call, stream: true });
+  const deltas = [];
+  let finish = null;
+  for await (const c of st) {
+    const ch = c.choices[0];
+    if (!ch) continue;
+    if (ch.delta.tool_calls) deltas.push(...ch.delta.tool_calls);
+    if (ch.finish_reason) finish = ch.finish_reason;
+  }
+  const back = [...spec.tool_call.messages, { role: "assistant", content: m.content, tool_calls: m.tool_calls },
+                ...m.tool_calls.map((c) => ({ role: "tool", tool_call_id: c.id, content: spec.tool_result }))];
+  const answer = await client.chat.completions.create({ ...spec.tool_call, messages: back });
+  out.tool_call = { finish: first.choices[0].finish_reason, calls: m.tool_calls, stream: { deltas, finish },
+                    messages: back, answer: answer.choices[0].message.content };
+}
+
 // a conversation: the second turn is served from the cache
 const turn1 = await client.chat.completions.create(spec.turn1);
 const msgs = [...spec.turn1.messages, { role: "assistant", content: turn1.choices[0].message.content },

@@ -277,6 +277,51 @@ class ServeKjv(unittest.TestCase):
         self.healthy()
 
 
+# A tool call in K3's answer markup (docs/k3run-chat-format.md; unit.test_chat_parse), thinking off
+TOOL_ANSWER = ('<|open|>tools<|sep|><|open|>call tool="lookup" index="1"<|sep|>'
+               '<|open|>argument key="ref" type="string"<|sep|>Genesis 1:1<|close|>argument<|sep|>'
+               '<|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|><|end_of_msg|>')
+TOOLS = [{"type": "function", "function": {"name": "lookup", "description": "Find a verse", "parameters": {
+    "type": "object", "properties": {"ref": {"type": "string"}}, "required": ["ref"]}}}]
+
+
+class ServeToolCall(unittest.TestCase):
+    """An answer that calls a tool, as the server gives it (the demo model was not trained to call
+    tools: K3_TEST_ANSWER, a test-only switch of the chat, stands its markup in for the model's
+    tokens; the parser, the message, the stream's delta and finish_reason are the real ones)."""
+
+    def test_tool_call_answer(self):
+        work = os.path.join(TMP, "k3run-serve")
+        os.makedirs(work, exist_ok=True)
+        pack = kjv_pack(work)
+        req = {"messages": msgs(("user", Q1)), "tools": TOOLS, "reasoning_effort": "none", "max_tokens": 200}
+        env = {"K3_TEST_ANSWER": TOOL_ANSWER}
+        p = subprocess.run([os.path.join(BIN, "k3run"), "chat", "-m", pack, "--messages", "-", "--json", "-n", "200"],
+                           input=json.dumps(req).encode(), env=dict(os.environ, **env), capture_output=True,
+                           timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        want = json.loads(p.stdout)
+        srv = Server(pack, [], env=env)
+        try:
+            st, got = srv.chat(req)
+            self.assertEqual(st, 200, got)
+            ch = got["choices"][0]
+            self.assertEqual(ch["finish_reason"], "tool_calls")
+            self.assertIsNone(ch["message"]["content"])
+            call = ch["message"]["tool_calls"][0]
+            self.assertEqual((call["id"], call["type"], call["function"]["name"]), ("call_1", "function", "lookup"))
+            self.assertEqual(json.loads(call["function"]["arguments"]), {"ref": "Genesis 1:1"})
+            self.assertEqual(ch["message"], want["message"])
+            self.assertEqual(want["finish_reason"], "tool_calls")
+            st, events, done = srv.stream(CHAT, req)
+            self.assertTrue(done)
+            content, reasoning, calls, finish, _ = joined(events)
+            self.assertEqual((content, finish), ("", "tool_calls"))
+            self.assertEqual(calls, [dict(call, index=0)])
+        finally:
+            self.assertEqual(srv.stop(), 0)
+
+
 class ServeFaults(unittest.TestCase):
     """Servers on the random-weight tiny model, whose answers run to max_tokens."""
 

@@ -1,7 +1,9 @@
 """`k3run serve` through the official npm `openai` SDK (issue 17; ctest serve.sdk): chat completions,
 non-streamed and streamed, whose text equals `k3run chat --messages` on the same request byte for
 byte (greedy and seeded sampling); a tool round trip; the same seed twice; the second turn of a
-conversation served from the cache (usage says so); a raw completion equal to `k3run -p`; a bad
+conversation served from the cache (usage says so); a whole tool round trip (a call read by
+the SDK, streamed and not, from a server whose answer is scripted with K3_TEST_ANSWER, since the
+demo model was not trained to call tools; its result answered by the model); a raw completion equal to `k3run -p`; a bad
 request as the SDK's BadRequestError. Skipped, with the reason, where node or the SDK is missing
 (scripts/setup.sh installs it into tests/serve/node_modules)."""
 
@@ -46,9 +48,15 @@ class TestSdk(unittest.TestCase):
         spec = {"chat": [greedy, sampled], "seeded": dict(sampled, temperature=1.3, seed=21), "tools": tools,
                 "turn1": turn1, "second_question": "What does John 3:16 say?",
                 "completion": {"model": "k3-kjv.k3pack", "prompt": "In the beginning God", "max_tokens": 30}}
+        from test_serve import TOOL_ANSWER, TOOLS
+        spec["tool_call"] = {"model": "k3-kjv.k3pack", "messages": msgs(("user", "Quote Genesis 1:1.")),
+                             "tools": TOOLS, "reasoning_effort": "none", "max_tokens": 60}
+        spec["tool_result"] = "In the beginning God created the heaven and the earth."
         srv = Server(pack, ["-t", "2"])
+        scripted = Server(pack, ["-t", "1"], env={"K3_TEST_ANSWER": TOOL_ANSWER})
         try:
             spec["base_url"] = srv.url("/v1")
+            spec["tool_url"] = scripted.url("/v1")
             path = os.path.join(work, "sdk-spec.json")
             with open(path, "w") as f:
                 json.dump(spec, f)
@@ -58,7 +66,17 @@ class TestSdk(unittest.TestCase):
             got = json.loads(p.stdout)
         finally:
             rc = srv.stop()
+            self.assertEqual(scripted.stop(), 0, scripted.stderr())
         self.assertEqual(rc, 0, srv.stderr())
+        tc = got["tool_call"]
+        self.assertEqual(tc["finish"], "tool_calls")
+        self.assertEqual(tc["stream"]["finish"], "tool_calls")
+        self.assertEqual(len(tc["calls"]), 1)
+        self.assertEqual(tc["calls"][0]["function"]["name"], "lookup")
+        self.assertEqual(json.loads(tc["calls"][0]["function"]["arguments"]), {"ref": "Genesis 1:1"})
+        self.assertEqual(tc["stream"]["deltas"][0]["function"], tc["calls"][0]["function"])
+        want = k3run_chat(pack, dict(spec["tool_call"], messages=tc["messages"]), ["-n", "60"], work)
+        self.assertEqual(tc["answer"], want["message"]["content"])
         self.assertEqual(got["models"], ["k3-kjv.k3pack"])
         for req, args, res in ((greedy, ["-n", "80"], got["chat"][0]),
                                (sampled, ["-n", "60", "--temp", "0.8", "--top-p", "0.9", "--seed", "5"], got["chat"][1])):
