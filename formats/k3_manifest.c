@@ -64,6 +64,19 @@ k3_err k3_manifest_dump(const k3_manifest *m, char **text, size_t *len, k3_diag 
         json_array_append_new(files, f);
     }
     json_object_set_new(root, "files", files);
+    if (m->n_sources) {                           /* version 3 (FORMAT.md 10) */
+        json_t *src = json_array();
+        for (uint32_t i = 0; i < m->n_sources; i++) {
+            json_t *f = json_object();
+            json_object_set_new(f, "name", json_string(m->sources[i].name));
+            json_object_set_new(f, "size", json_integer((json_int_t)m->sources[i].size));
+            json_object_set_new(f, "header_size", json_integer((json_int_t)m->sources[i].header_size));
+            json_object_set_new(f, "header_xxh3_128", hex128_json(m->sources[i].header_hash));
+            if (m->sources[i].in_pack) json_object_set_new(f, "in_pack", json_true());
+            json_array_append_new(src, f);
+        }
+        json_object_set_new(root, "checkpoint_files", src);
+    }
 
     json_t *shards = json_array();
     for (uint32_t i = 0; i < m->n_shards; i++) {
@@ -99,10 +112,15 @@ k3_err k3_manifest_dump(const k3_manifest *m, char **text, size_t *len, k3_diag 
         const k3_mf_experts *x = &m->expert_layers[i];
         json_t *o = json_object();
         json_object_set_new(o, "layer", json_integer(x->layer));
-        json_object_set_new(o, "shard", json_string(m->shards[x->shard].name));
-        json_object_set_new(o, "count", json_integer((json_int_t)x->count));
-        json_object_set_new(o, "offset", json_integer((json_int_t)x->offset));
-        json_object_set_new(o, "stride", json_integer((json_int_t)x->stride));
+        if (x->in_place) {
+            json_object_set_new(o, "source", json_string("checkpoint"));
+            json_object_set_new(o, "count", json_integer((json_int_t)x->count));
+        } else {
+            json_object_set_new(o, "shard", json_string(m->shards[x->shard].name));
+            json_object_set_new(o, "count", json_integer((json_int_t)x->count));
+            json_object_set_new(o, "offset", json_integer((json_int_t)x->offset));
+            json_object_set_new(o, "stride", json_integer((json_int_t)x->stride));
+        }
         json_object_set_new(o, "record_size", json_integer((json_int_t)x->record_size));
         json_t *parts = json_array();
         for (uint32_t p = 0; p < x->n_parts; p++) {
@@ -116,6 +134,16 @@ k3_err k3_manifest_dump(const k3_manifest *m, char **text, size_t *len, k3_diag 
             json_array_append_new(parts, po);
         }
         json_object_set_new(o, "parts", parts);
+        if (x->in_place) {
+            json_t *rs = json_array();              /* [count] [file index, offset] */
+            for (uint64_t e = 0; e < x->count; e++) {
+                json_t *r = json_array();
+                json_array_append_new(r, json_integer((json_int_t)x->rec_file[e]));
+                json_array_append_new(r, json_integer((json_int_t)x->rec_off[e]));
+                json_array_append_new(rs, r);
+            }
+            json_object_set_new(o, "records", rs);
+        }
         json_t *hs = json_array();
         for (uint64_t e = 0; e < x->count; e++) json_array_append_new(hs, hex64_json(x->hashes[e]));
         json_object_set_new(o, "xxh3_64", hs);
@@ -444,6 +472,66 @@ static k3_err check_records(jctx *c, const k3_manifest *m, const k3_mf_experts *
     return K3_OK;
 }
 
+/* Version 3: the checkpoint files an in-place pack reads (FORMAT.md 10). */
+static k3_err read_sources(jctx *c, json_t *root, k3_manifest *m)
+{
+    json_t *arr;
+    k3_err e;
+    char where[64];
+    if ((e = get_array(c, root, "checkpoint_files", &arr, &m->n_sources))) return e;
+    if (m->n_sources > 65536) return JBAD(c, "'checkpoint_files': too many files");
+    m->sources = calloc(m->n_sources + 1, sizeof *m->sources);
+    if (!m->sources) return k3_fail(c->d, K3_ERR_NOMEM, "out of memory");
+    for (uint32_t i = 0; i < m->n_sources; i++) {
+        json_t *o = json_array_get(arr, i), *v;
+        k3_mf_source *f = &m->sources[i];
+        snprintf(where, sizeof where, "checkpoint_files[%u]", i);
+        if (!json_is_object(o)) return JBAD(c, "%s: expected an object", where);
+        if ((e = get_str(c, o, "name", where, &f->name)) || (e = get_u64(c, o, "size", where, &f->size)) ||
+            (e = get_u64(c, o, "header_size", where, &f->header_size))) return e;
+        if (!plain_name(f->name)) return JBAD(c, "%s.name: not a plain file name", where);
+        for (uint32_t j = 0; j < i; j++)
+            if (!strcmp(m->sources[j].name, f->name)) return JBAD(c, "%s: '%s' listed twice", where, f->name);
+        if (f->header_size < 8 || f->header_size > f->size || f->header_size > (100u << 20) + 8)
+            return JBAD(c, "%s.header_size: %llu is not a safetensors header inside the file", where,
+                        (unsigned long long)f->header_size);
+        v = json_object_get(o, "header_xxh3_128");
+        if (!json_is_string(v) || k3_parse_hex128(json_string_value(v), &f->header_hash))
+            return JBAD(c, "%s.header_xxh3_128: expected 32 lowercase hex digits", where);
+        v = json_object_get(o, "in_pack");
+        if (v && !json_is_true(v)) return JBAD(c, "%s.in_pack: expected true, or no such key", where);
+        f->in_pack = v != NULL;
+    }
+    return K3_OK;
+}
+
+/* Version 3: an in-place layer's records, [file index, offset] each, inside the file's data
+   (after its safetensors header). Records are read whole, so they need not be aligned. */
+static k3_err read_records(jctx *c, const k3_manifest *m, json_t *o, k3_mf_experts *x, const char *where)
+{
+    json_t *rs = json_object_get(o, "records");
+    if (!json_is_array(rs) || json_array_size(rs) != x->count)
+        return JBAD(c, "%s.records: expected %llu [file, offset] pairs", where, (unsigned long long)x->count);
+    x->rec_file = malloc((x->count + 1) * sizeof *x->rec_file);     /* [count] */
+    x->rec_off = malloc((x->count + 1) * sizeof *x->rec_off);       /* [count] */
+    if (!x->rec_file || !x->rec_off) return k3_fail(c->d, K3_ERR_NOMEM, "out of memory");
+    for (uint64_t r = 0; r < x->count; r++) {
+        json_t *p = json_array_get(rs, r), *f = json_array_get(p, 0), *off = json_array_get(p, 1);
+        if (!json_is_array(p) || json_array_size(p) != 2 || !json_is_integer(f) || !json_is_integer(off) ||
+            json_integer_value(f) < 0 || json_integer_value(f) >= (json_int_t)m->n_sources || json_integer_value(off) < 0)
+            return JBAD(c, "%s.records[%llu]: expected [file index, offset]", where, (unsigned long long)r);
+        const k3_mf_source *src = &m->sources[json_integer_value(f)];
+        uint64_t at = (uint64_t)json_integer_value(off);
+        if (at < src->header_size || x->record_size > src->size || at > src->size - x->record_size)
+            return JBAD(c, "%s.records[%llu]: bytes [%llu, +%llu) are not inside the data of '%s' (%llu bytes)", where,
+                        (unsigned long long)r, (unsigned long long)at, (unsigned long long)x->record_size, src->name,
+                        (unsigned long long)src->size);
+        x->rec_file[r] = (uint32_t)json_integer_value(f);
+        x->rec_off[r] = at;
+    }
+    return K3_OK;
+}
+
 k3_err k3_manifest_parse(const char *text, size_t len, const char *path, k3_manifest *m, k3_diag *d)
 {
     memset(m, 0, sizeof *m);
@@ -466,22 +554,22 @@ k3_err k3_manifest_parse(const char *text, size_t len, const char *path, k3_mani
     }
     v = json_object_get(root, "format_version");
     if (!json_is_integer(v)) { e = JBAD(&c, "'format_version' is missing or not an integer"); goto out; }
-    if (json_integer_value(v) != K3_PACK_VERSION) {      /* FORMAT.md section 6 wording */
-        json_int_t fv = json_integer_value(v);
-        e = k3_fail(d, K3_ERR_UNSUPPORTED, fv > K3_PACK_VERSION
+    if (json_integer_value(v) < K3_PACK_VERSION || json_integer_value(v) > K3_PACK_VERSION_MAX) {
+        json_int_t fv = json_integer_value(v);          /* FORMAT.md section 6 wording */
+        e = k3_fail(d, K3_ERR_UNSUPPORTED, fv > K3_PACK_VERSION_MAX
                         ? "'%s': pack format version %lld is newer than this k3 (%d); upgrade k3"
                         : fv >= 1 ? "'%s': pack format version %lld is older than this k3 (%d); re-run k3pack to make "
                                     "the pack again"
                                   : "'%s': pack format version %lld is not supported by this k3 (%d)",
-                    path, (long long)fv, K3_PACK_VERSION);
+                    path, (long long)fv, K3_PACK_VERSION_MAX);
         goto out;
     }
+    m->format_version = (int)json_integer_value(v);
     v = json_object_get(root, K3_MANIFEST_SUM_KEY);    /* checked above, byte for byte */
     if (!json_is_string(v) || strlen(json_string_value(v)) != 16) {
         e = JBAD(&c, "'%s': expected 16 lowercase hex digits", K3_MANIFEST_SUM_KEY);
         goto out;
     }
-    m->format_version = K3_PACK_VERSION;
     v = json_object_get(root, "byte_order");
     if (!json_is_string(v) || strcmp(json_string_value(v), "little")) {
         e = JBAD(&c, "'byte_order' is not \"little\"");
@@ -536,6 +624,10 @@ k3_err k3_manifest_parse(const char *text, size_t len, const char *path, k3_mani
             goto out;
         }
     }
+
+    v = json_object_get(root, "checkpoint_files");
+    if (v && m->format_version < 3) { e = JBAD(&c, "'checkpoint_files' needs format version 3"); goto out; }
+    if (v && (e = read_sources(&c, root, m))) goto out;
 
     if ((e = get_array(&c, root, "shards", &arr, &m->n_shards))) goto out;
     m->shards = calloc(m->n_shards + 1, sizeof *m->shards);
@@ -598,22 +690,37 @@ k3_err k3_manifest_parse(const char *text, size_t len, const char *path, k3_mani
         uint64_t layer;
         snprintf(where, sizeof where, "expert_layers[%u]", i);
         if (!json_is_object(o)) { e = JBAD(&c, "%s: expected an object", where); goto out; }
+        v = json_object_get(o, "source");
+        x->in_place = v != NULL;
+        if (x->in_place && (!json_is_string(v) || strcmp(json_string_value(v), "checkpoint") || !m->n_sources)) {
+            e = JBAD(&c, "%s.source: expected \"checkpoint\", in a manifest with 'checkpoint_files'", where);
+            goto out;
+        }
         if ((e = get_u64(&c, o, "layer", where, &layer)) || (e = get_u64(&c, o, "count", where, &x->count)) ||
-            (e = get_u64(&c, o, "offset", where, &x->offset)) || (e = get_u64(&c, o, "stride", where, &x->stride)) ||
             (e = get_u64(&c, o, "record_size", where, &x->record_size))) goto out;
+        if (!x->in_place && ((e = get_u64(&c, o, "offset", where, &x->offset)) ||
+                             (e = get_u64(&c, o, "stride", where, &x->stride)))) goto out;
         if (layer >= (1u << 20)) { e = JBAD(&c, "%s.layer: expected a layer number", where); goto out; }
         x->layer = (uint32_t)layer;
-        if (shard_ref(m, o, &x->shard) || m->shards[x->shard].kind != K3_SHARD_EXPERTS) {
-            e = JBAD(&c, "%s.shard: not an expert shard listed in 'shards'", where);
-            goto out;
+        if (x->count > (1u << 24)) { e = JBAD(&c, "%s.count: too many records", where); goto out; }
+        if (x->in_place) {
+            x->shard = UINT32_MAX;
+            if (x->record_size > (1ull << 40)) { e = JBAD(&c, "%s.record_size: too large", where); goto out; }
+            x->stride = k3_in_place_stride(x->record_size);
+            if ((e = read_records(&c, m, o, x, where))) goto out;
+        } else {
+            if (shard_ref(m, o, &x->shard) || m->shards[x->shard].kind != K3_SHARD_EXPERTS) {
+                e = JBAD(&c, "%s.shard: not an expert shard listed in 'shards'", where);
+                goto out;
+            }
+            if (xof[x->shard] >= 0) {
+                e = JBAD(&c, "%s.shard: '%s' already holds expert_layers[%d]", where, m->shards[x->shard].name,
+                         xof[x->shard]);
+                goto out;
+            }
+            xof[x->shard] = (int32_t)i;
+            if ((e = check_records(&c, m, x, where))) goto out;
         }
-        if (xof[x->shard] >= 0) {
-            e = JBAD(&c, "%s.shard: '%s' already holds expert_layers[%d]", where, m->shards[x->shard].name,
-                     xof[x->shard]);
-            goto out;
-        }
-        xof[x->shard] = (int32_t)i;
-        if ((e = check_records(&c, m, x, where))) goto out;
         json_t *parts = json_object_get(o, "parts");
         if (!json_is_array(parts) || json_array_size(parts) == 0 || json_array_size(parts) > K3_MAX_RECORD_PARTS) {
             e = JBAD(&c, "%s.parts: expected 1 to %d parts", where, K3_MAX_RECORD_PARTS);
@@ -644,7 +751,6 @@ k3_err k3_manifest_parse(const char *text, size_t len, const char *path, k3_mani
             e = JBAD(&c, "%s.xxh3_64: expected %llu record hashes", where, (unsigned long long)x->count);
             goto out;
         }
-        if (x->count > (1u << 24)) { e = JBAD(&c, "%s.count: too many records", where); goto out; }
         x->hashes = malloc((x->count + 1) * sizeof *x->hashes);      /* [count] */
         if (!x->hashes) { e = k3_fail(d, K3_ERR_NOMEM, "out of memory"); goto out; }
         for (uint64_t r = 0; r < x->count; r++) {
@@ -701,7 +807,11 @@ void k3_manifest_free(k3_manifest *m)
     for (uint32_t i = 0; m->expert_layers && i < m->n_expert_layers; i++) {
         for (uint32_t p = 0; p < K3_MAX_RECORD_PARTS; p++) free(m->expert_layers[i].parts[p].name);
         free(m->expert_layers[i].hashes);
+        free(m->expert_layers[i].rec_file);
+        free(m->expert_layers[i].rec_off);
     }
+    for (uint32_t i = 0; m->sources && i < m->n_sources; i++) free(m->sources[i].name);
+    free(m->sources);
     for (uint32_t i = 0; m->skipped && i < m->n_skipped; i++) {
         free(m->skipped[i].name);
         free(m->skipped[i].reason);

@@ -68,12 +68,34 @@ typedef struct k3_mf_part {
 
 typedef struct k3_mf_experts {
     uint32_t layer;
-    uint32_t shard;         /* index into shards */
-    uint64_t count, offset, stride, record_size;
+    uint32_t shard;         /* index into shards; UINT32_MAX for records in place */
+    uint64_t count, offset, stride, record_size;  /* in place: offset 0, stride k3_in_place_stride() */
     uint32_t n_parts;
     k3_mf_part parts[K3_MAX_RECORD_PARTS];
     uint64_t *hashes;       /* [count] XXH3-64 per record */
+    int in_place;           /* version 3: the records are read from the checkpoint's files */
+    uint32_t *rec_file;     /* in place: [count] index into k3_manifest.sources */
+    uint64_t *rec_off;      /* in place: [count] the record's first byte in that file */
 } k3_mf_experts;
+
+/* A checkpoint file an in-place pack reads expert records from (FORMAT.md 10): a plain
+   name inside the pack's `checkpoint` directory link. */
+typedef struct k3_mf_source {
+    char *name;
+    uint64_t size;          /* bytes of the whole file */
+    uint64_t header_size;   /* 8 + N: its safetensors header */
+    k3_h128 header_hash;    /* XXH3-128 of those bytes */
+    int in_pack;            /* 1: a file of the pack itself (records k3pack copied), not of the checkpoint */
+} k3_mf_source;
+
+#define K3_CHECKPOINT_LINK "checkpoint"   /* in an in-place pack: the link to the checkpoint directory */
+
+/* Memory one in-place record takes in a slot or the resident table: it is read with aligned
+   reads that cover it, so it may start anywhere in its first 4 KiB. */
+static inline uint64_t k3_in_place_stride(uint64_t record_size)
+{
+    return (record_size + 4095 + 4095) / 4096 * 4096;
+}
 
 typedef struct k3_mf_skipped {
     char *name;
@@ -88,8 +110,9 @@ typedef struct k3_manifest {
     int experts_encoding;           /* K3_ENC_MXFP4 or K3_ENC_BF16; 0 = no experts */
     int experts_quantized;          /* 1 = quantized from BF16 by k3pack */
     char *quant_rule;               /* NULL or "ocp-floor-rne-sat" */
-    uint32_t n_files, n_shards, n_tensors, n_expert_layers, n_skipped;
+    uint32_t n_files, n_shards, n_tensors, n_expert_layers, n_skipped, n_sources;
     k3_mf_file *files;
+    k3_mf_source *sources;          /* [n_sources] version 3: checkpoint files read in place */
     k3_mf_shard *shards;
     k3_mf_tensor *tensors;
     k3_mf_experts *expert_layers;

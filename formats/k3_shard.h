@@ -22,7 +22,8 @@
 
 #include "k3_error.h"
 
-#define K3_PACK_VERSION 2           /* 2: manifest.json carries its own checksum (FORMAT.md 6) */
+#define K3_PACK_VERSION 2           /* 2: manifest.json carries its own checksum (FORMAT.md 6); shards stay 2 */
+#define K3_PACK_VERSION_MAX 3       /* 3: a manifest may read expert records in place in the checkpoint */
 #define K3_SHARD_FIXED_SIZE 128
 #define K3_SHARD_ENTRY_SIZE 64
 #define K3_SHARD_MAX_ENTRIES 65536u

@@ -20,12 +20,15 @@
 #include "k3_sys.h"
 #include "pack.h"
 
-enum { O_OUT = K3_OPT_USER, O_EXPERTS, O_DRY, O_JSON, O_THREADS, O_FORCE };
+enum { O_OUT = K3_OPT_USER, O_EXPERTS, O_IN_PLACE, O_DRY, O_JSON, O_THREADS, O_FORCE };
 
 static const k3_opt opts[] = {
     {O_OUT, 'o', "output", "PACK", NULL, NULL, "output directory (created if missing)"},
     {O_EXPERTS, 0, "experts", "MODE", "auto", NULL,
      "auto: keep the checkpoint's experts; mxfp4: quantize BF16 experts to MXFP4 (OCP rule); bf16: keep BF16 experts"},
+    {O_IN_PLACE, 0, "experts-in-place", NULL, NULL, NULL,
+     "leave the routed experts in the checkpoint's files: the pack holds the trunk and locates each expert "
+     "record there (format 3; a directory source only; the checkpoint must stay)"},
     {O_DRY, 'n', "dry-run", NULL, NULL, NULL, "validate the input and print the plan; write nothing"},
     {O_JSON, 0, "json", NULL, NULL, NULL, "JSON Lines records on stdout (plan, shards, summary)"},
     {O_THREADS, 't', "threads", "N", "1", "K3_THREADS", "shards written in parallel (directory input)"},
@@ -43,6 +46,9 @@ static const char usage_footer[] =
     "before anything is written. An interrupted run (Ctrl-C, kill -9, a full disk) resumes when rerun with\n"
     "the same arguments and gives the same bytes; a resume from input files that changed is refused\n"
     "(--force starts over). The same checkpoint gives the same pack whatever --threads and the input kind.\n"
+    "With --experts-in-place the pack needs only the trunk's disk space (Kimi K3: 108 GB beside the 1.56 TB\n"
+    "checkpoint) and links to the checkpoint as PACK/checkpoint; nothing in the checkpoint is changed, and\n"
+    "every record is hash-checked when it is read. If the checkpoint moves: ln -sfn NEWDIR PACK/checkpoint.\n"
     "\nExample:\n  k3pack ~/models/Kimi-K3 -o ~/packs/k3 && k3verify ~/packs/k3\n";
 
 static void on_signal(int sig)
@@ -98,10 +104,12 @@ int main(int argc, char **argv)
         return K3_EXIT_OK;
     }
     if (k3_opt_count(&a, K3_OPT_VERSION)) {
-        printf("k3pack %s (pack format %d)\n", K3_VERSION, K3_PACK_VERSION);
+        printf("k3pack %s (pack format %d; %d with --experts-in-place)\n", K3_VERSION, K3_PACK_VERSION,
+               K3_PACK_VERSION_MAX);
         return K3_EXIT_OK;
     }
     int json = k3_opt_count(&a, O_JSON) > 0, dry = k3_opt_count(&a, O_DRY) > 0;
+    int in_place = k3_opt_count(&a, O_IN_PLACE) > 0;
     const char *out = k3_opt_str(&a, O_OUT), *mode_s = k3_opt_str(&a, O_EXPERTS);
     if (a.n_pos != 1) return k3_usage_error("%s", a.n_pos ? "exactly one SRC expected" : "missing SRC");
     if (!out && !dry) return k3_usage_error("missing '-o PACK'");
@@ -127,6 +135,9 @@ int main(int argc, char **argv)
 
     /* 1. open the input and read config.json */
     int archive = is_archive(src);
+    if (archive && in_place)
+        return k3_usage_error("'--experts-in-place' needs a checkpoint directory (or a .safetensors file): the "
+                              "records of an archive cannot be read in place");
     k3_st_ckpt ck;
     pk_archive ar;
     memset(&ck, 0, sizeof ck);
@@ -193,6 +204,10 @@ int main(int argc, char **argv)
                 goto out_plan;
             }
     }
+    if (in_place && (e = pk_plan_in_place(&plan, &ck, &d))) {
+        rc = fail(e, &d, json);
+        goto out_plan;
+    }
     if (dry) {
         pk_plan_print(&plan, stdout, json);
         if (!archive && !json) printf("skipped: %zu vision tensors\n", n_skipped);
@@ -224,7 +239,7 @@ int main(int argc, char **argv)
     }
     uint64_t need = 0, avail;
     for (uint32_t s = 0; s < plan.n_shards; s++)
-        if (!w.done[s]) need += plan.shards[s].h.file_size;
+        if (!w.done[s] && !(plan.in_place && plan.in_place[s])) need += plan.shards[s].h.file_size;
     if ((e = k3_free_space(out, &avail, &d))) { rc = fail(e, &d, json); goto out_writer; }
     uint64_t want = need + (need >> 6);          /* 1/64 more for the file system's own blocks */
     if (avail < want) {
@@ -285,8 +300,10 @@ int main(int argc, char **argv)
         double rel = w.qstats.ref2 > 0 ? sqrt(w.qstats.err2 / w.qstats.ref2) : 0;
         if (json) {
             printf("{\"schema\":1,\"type\":\"summary\",\"shards\":%u,\"resumed\":%d,\"pack_bytes\":%" PRIu64
-                   ",\"checkpoint_bytes\":%" PRIu64 ",\"skipped\":%zu,\"seconds\":%.3f,\"peak_rss\":%" PRIu64,
-                   plan.n_shards, resumed, plan.total_bytes, plan.src_bytes, n_skipped, el, k3_peak_rss_bytes());
+                   ",\"checkpoint_bytes\":%" PRIu64 ",\"skipped\":%zu,\"seconds\":%.3f,\"peak_rss\":%" PRIu64
+                   ",\"experts_in_place\":%u,\"in_place_bytes\":%" PRIu64,
+                   plan.n_shards - plan.n_in_place, resumed, plan.total_bytes, plan.src_bytes, n_skipped, el,
+                   k3_peak_rss_bytes(), plan.n_in_place, plan.in_place_bytes);
             if (plan.quantize)
                 printf(",\"quantization\":{\"rule\":\"ocp-floor-rne-sat\",\"elements\":%" PRIu64
                        ",\"relative_rmse\":%.6g,\"saturated\":%" PRIu64 "}", w.qstats.n, rel, w.qstats.saturated);
@@ -294,8 +311,15 @@ int main(int argc, char **argv)
         } else if (k3_log_level() >= K3_LOG_NORMAL) {
             char hb[24], hr[24];
             fprintf(stderr, "k3pack: wrote '%s': %u shards (%d resumed), %s in %.1f s (%s/s), %zu vision tensors skipped\n",
-                    out, plan.n_shards, resumed, k3_human_bytes((double)plan.total_bytes, hb, sizeof hb), el,
+                    out, plan.n_shards - plan.n_in_place, resumed,
+                    k3_human_bytes((double)plan.total_bytes, hb, sizeof hb), el,
                     k3_human_bytes(el > 0 ? (double)plan.src_bytes / el : 0, hr, sizeof hr), n_skipped);
+            if (plan.n_in_place) {
+                char hi[24];
+                fprintf(stderr, "k3pack: the experts of %u layers (%s) are read in place from '%s' (the link "
+                        "'%s/checkpoint')\n", plan.n_in_place, k3_human_bytes((double)plan.in_place_bytes, hi, sizeof hi),
+                        plan.ckpt_dir, out);
+            }
             if (plan.quantize)
                 fprintf(stderr, "k3pack: quantized %" PRIu64 " expert weights to MXFP4: relative RMS error %.4f, "
                         "%" PRIu64 " saturated\n", w.qstats.n, rel, w.qstats.saturated);

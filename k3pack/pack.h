@@ -53,6 +53,25 @@ typedef struct pk_shard {
     size_t first_item, n_items;  /* items[first .. first+n) in output offset order */
 } pk_shard;
 
+/* An expert layer read in place in the checkpoint (pack_in_place.c, FORMAT.md 10). */
+typedef struct pk_in_place {
+    uint64_t record_size;     /* bytes one expert's tensors cover in its file */
+    uint64_t part_off[K3_MAX_RECORD_PARTS];  /* [n_entries] offset of the shard entry's tensor in that range */
+    uint32_t *file;           /* [n_records] index into the checkpoint's files, or PK_COPIED: the record is
+                                 copied into the pack's PK_COPIED_NAME (its tensors were not laid out
+                                 as the layer's others) */
+    uint64_t *off;            /* [n_records] where each record starts in that file */
+} pk_in_place;
+
+#define PK_COPIED UINT32_MAX
+#define PK_COPIED_NAME "experts-copied.safetensors"
+
+/* A record copied into PK_COPIED_NAME. */
+typedef struct pk_copied {
+    uint32_t shard;
+    uint64_t record;
+} pk_copied;
+
 typedef struct pk_plan {
     k3_config cfg;
     char *config_text;        /* config.json bytes, verbatim */
@@ -64,8 +83,18 @@ typedef struct pk_plan {
     pk_item *items;           /* [n_items] shard by shard, in output order */
     size_t n_items;
     size_t *by_name;          /* [n_items] item indices sorted by src_name */
-    uint64_t total_bytes;     /* sum of shard sizes */
+    uint64_t total_bytes;     /* sum of the sizes of the shards written */
     uint64_t src_bytes;       /* sum of checkpoint bytes read */
+    /* --experts-in-place (pk_plan_in_place) */
+    pk_in_place **in_place;   /* [n_shards] NULL: written as a shard; else the layer is read in place */
+    uint32_t n_in_place;      /* layers read in place */
+    uint64_t in_place_bytes;  /* their records' bytes, left in the checkpoint */
+    char *ckpt_dir;           /* the checkpoint directory, resolved: the pack's `checkpoint` link */
+    pk_copied *copied;        /* [n_copied] records copied into PK_COPIED_NAME, in its order */
+    uint64_t n_copied;
+    char *copied_header;      /* its safetensors header: 8-byte length + JSON, [copied_header_size] */
+    uint64_t copied_header_size, copied_size;   /* 8 + N (a multiple of 4096), the whole file */
+    uint64_t *src_header_size;   /* [checkpoint files] 8 + N of each */
 } pk_plan;
 
 /* Build the plan from config.json text. MXFP4 checkpoint experts are always
@@ -77,6 +106,10 @@ void pk_plan_free(pk_plan *p);
 pk_item *pk_plan_find(const pk_plan *p, const char *src_name);
 /* Check a checkpoint tensor (dtype, shape, size) against its plan item. */
 k3_err pk_item_check(const pk_item *it, const k3_st_tensor *t, const char *file, k3_diag *d);
+/* --experts-in-place: decide, layer by layer, which experts can stay in the checkpoint (its
+   layout, FORMAT.md 10); the others are copied as usual. Says on stderr which and why. */
+k3_err pk_plan_in_place(pk_plan *p, const k3_st_ckpt *ck, k3_diag *d);
+void pk_in_place_free(pk_in_place *ip);
 /* Print the plan (--dry-run) as text or JSON Lines. */
 void pk_plan_print(const pk_plan *p, FILE *f, int json);
 
@@ -88,6 +121,7 @@ typedef struct pk_writer {
     int json;                   /* JSON Lines status records on stdout */
     k3_atomic_file *af;         /* [n_shards] open temporary files (fd -1 when closed) */
     uint8_t *done;              /* [n_shards] 1 = final file in place and hashed */
+    uint8_t *placed;            /* [n_shards] 1 = an in-place layer's records hashed (not journaled) */
     uint8_t *resumed;           /* [n_shards] 1 = taken over from an earlier run */
     size_t *remaining;          /* [n_shards] items still to write */
     k3_shard_hashes *hashes;    /* [n_shards] what the manifest records */
@@ -124,6 +158,15 @@ k3_err pk_feed_end(pk_writer *w, pk_feed *f, k3_diag *d);
 void pk_feed_free(pk_feed *f);
 /* Hash the finished temporary file, commit it under its name, journal it. */
 k3_err pk_shard_finish(pk_writer *w, uint32_t s, k3_diag *d);
+/* An in-place layer (shard s of the plan): its records read from the checkpoint (fds: one per
+   file) through buf [8 MiB] and hashed into w->hashes[s].record (pack_in_place.c). */
+k3_err pk_hash_in_place(pk_writer *w, const k3_st_ckpt *ck, const int *fds, uint32_t s, uint8_t *buf, k3_diag *d);
+/* Write PK_COPIED_NAME (the records no layer could leave in place), hashing them. */
+k3_err pk_write_copied(pk_writer *w, const k3_st_ckpt *ck, const int *fds, uint8_t *buf, k3_diag *d);
+/* The manifest of an in-place pack: its checkpoint_files (src_of: [n_inputs] -> index or
+   UINT32_MAX), and shard s's layer described in place. */
+k3_err pk_manifest_sources(const pk_writer *w, k3_manifest *m, uint32_t *src_of, k3_diag *d);
+k3_err pk_manifest_in_place(const pk_writer *w, k3_manifest *m, uint32_t s, const uint32_t *src_of, k3_diag *d);
 /* Remove every open temporary file (on failure). */
 void pk_writer_abort(pk_writer *w);
 

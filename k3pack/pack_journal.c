@@ -34,7 +34,8 @@ static int is_pack_file(const char *n)
     size_t l = strlen(n);
     return (l > 4 && !strcmp(n + l - 4, ".k3s") && (!strncmp(n, "trunk-", 6) || !strncmp(n, "experts-", 8))) ||
            !strcmp(n, K3_MANIFEST_NAME) || !strcmp(n, "tiktoken.model") || !strcmp(n, "tokenizer_config.json") ||
-           !strcmp(n, PK_JOURNAL) || k3_is_tmp_name(n);
+           !strcmp(n, PK_JOURNAL) || !strcmp(n, K3_CHECKPOINT_LINK) || !strcmp(n, PK_COPIED_NAME) ||
+           k3_is_tmp_name(n);
 }
 
 /* Refuse a directory holding foreign files, or a finished pack without force.
@@ -379,8 +380,10 @@ static k3_err remove_unlisted(pk_writer *w, const char *const *tok_names, int n_
     while (!e && (de = readdir(dh))) {
         const char *n = de->d_name;
         if (n[0] == '.' || !is_pack_file(n) || !strcmp(n, K3_MANIFEST_NAME)) continue;
-        int ours = 0;
-        for (uint32_t s = 0; !ours && s < w->p->n_shards; s++) ours = !strcmp(n, w->p->shards[s].name);
+        int ours = (!strcmp(n, K3_CHECKPOINT_LINK) && w->p->n_in_place) ||   /* made after this */
+                   (!strcmp(n, PK_COPIED_NAME) && w->p->n_copied);
+        for (uint32_t s = 0; !ours && s < w->p->n_shards; s++)
+            ours = !strcmp(n, w->p->shards[s].name) && !(w->p->in_place && w->p->in_place[s]);
         for (int i = 0; !ours && i < n_tok; i++) ours = !strcmp(n, tok_names[i]);
         if (ours) continue;
         char p[4096];
@@ -392,6 +395,26 @@ static k3_err remove_unlisted(pk_writer *w, const char *const *tok_names, int n_
     return e;
 }
 
+/* An in-place pack's link to the checkpoint (FORMAT.md 10): made under a temporary name and
+   renamed over whatever `checkpoint` an earlier run left. */
+static k3_err make_link(pk_writer *w, k3_diag *d)
+{
+    char tmp[4096], dst[4096], name[64];
+    snprintf(name, sizeof name, "." K3_CHECKPOINT_LINK ".k3tmp-%ld", (long)getpid());
+    k3_err e = k3_path_join(tmp, sizeof tmp, w->out_dir, name, d);
+    if (!e) e = k3_path_join(dst, sizeof dst, w->out_dir, K3_CHECKPOINT_LINK, d);
+    if (e) return e;
+    unlink(tmp);
+    if (symlink(w->p->ckpt_dir, tmp) != 0)
+        return k3_fail(d, K3_ERR_IO, "cannot make the link '%s' -> '%s': %s", dst, w->p->ckpt_dir, strerror(errno));
+    if (rename(tmp, dst) != 0) {
+        e = k3_fail(d, K3_ERR_IO, "cannot rename '%s' to '%s': %s", tmp, dst, strerror(errno));
+        unlink(tmp);
+        return e;
+    }
+    return k3_fsync_dir(w->out_dir, d);
+}
+
 k3_err pk_finish_pack(pk_writer *w, const char *const *tok_names, char *const *tok_data,
                       const size_t *tok_len, int n_tok, char *const *skipped, size_t n_skipped,
                       k3_diag *d)
@@ -401,7 +424,7 @@ k3_err pk_finish_pack(pk_writer *w, const char *const *tok_names, char *const *t
     memset(&m, 0, sizeof m);
     k3_err e = K3_OK;
     json_error_t je;
-    m.format_version = K3_PACK_VERSION;
+    m.format_version = p->n_in_place ? 3 : K3_PACK_VERSION;       /* FORMAT.md 6: 3 only when needed */
     m.generator = "k3pack " K3_VERSION;
     m.name_prefix = (char *)k3_config_prefix(&p->cfg);
     m.config = json_loadb(p->config_text, p->config_len, JSON_REJECT_DUPLICATES, &je);
@@ -411,8 +434,8 @@ k3_err pk_finish_pack(pk_writer *w, const char *const *tok_names, char *const *t
     m.quant_rule = p->quantize ? "ocp-floor-rne-sat" : NULL;
     m.n_files = (uint32_t)n_tok;
     m.files = calloc((size_t)n_tok + 1, sizeof *m.files);
-    m.n_shards = p->n_shards;
-    m.shards = calloc(p->n_shards, sizeof *m.shards);
+    m.shards = calloc(p->n_shards, sizeof *m.shards);           /* [shards written] */
+    uint32_t *src_of = calloc(w->n_inputs + 1, sizeof *src_of); /* [n_inputs] checkpoint file -> source */
     /* m.tensors and m.expert_layers grow in k3_manifest_describe_shard */
     m.skipped = calloc(n_skipped + 1, sizeof *m.skipped);
     /* skipped names sorted: the order the source met them in depends on its file
@@ -422,7 +445,7 @@ k3_err pk_finish_pack(pk_writer *w, const char *const *tok_names, char *const *t
         memcpy(sk_sorted, skipped, n_skipped * sizeof *sk_sorted);
         qsort(sk_sorted, n_skipped, sizeof *sk_sorted, cmp_name);
     }
-    if (!m.files || !m.shards || !m.skipped || !sk_sorted) {
+    if (!m.files || !m.shards || !m.skipped || !sk_sorted || !src_of) {
         e = k3_fail(d, K3_ERR_NOMEM, "out of memory");
         goto out;
     }
@@ -432,16 +455,22 @@ k3_err pk_finish_pack(pk_writer *w, const char *const *tok_names, char *const *t
         m.files[i].size = tok_len[i];
         m.files[i].hash = k3_xxh3_128(tok_data[i], tok_len[i]);
     }
+    if (p->n_in_place && (e = pk_manifest_sources(w, &m, src_of, d))) goto out;
     for (uint32_t s = 0; s < p->n_shards; s++) {
         const pk_shard *sh = &p->shards[s];
         const k3_shard_header *h = &sh->h;
-        m.shards[s] = (k3_mf_shard){(char *)sh->name, h->kind, sh->layer, h->file_size, 0, w->hashes[s].file};
+        if (p->in_place && p->in_place[s]) {                    /* FORMAT.md 10: no shard file */
+            if ((e = pk_manifest_in_place(w, &m, s, src_of, d))) goto out;
+            continue;
+        }
+        uint32_t ms = m.n_shards++;
+        m.shards[ms] = (k3_mf_shard){(char *)sh->name, h->kind, sh->layer, h->file_size, 0, w->hashes[s].file};
         uint8_t *img;
         size_t len;
         if ((e = k3_shard_encode((k3_shard_header *)h, &img, &len, d))) goto out;
         free(img);
-        m.shards[s].header_hash = h->header_hash;
-        if ((e = k3_manifest_describe_shard(&m, s, h, w->hashes[s].entry, w->hashes[s].record, d))) goto out;
+        m.shards[ms].header_hash = h->header_hash;
+        if ((e = k3_manifest_describe_shard(&m, ms, h, w->hashes[s].entry, w->hashes[s].record, d))) goto out;
     }
     for (size_t i = 0; i < n_skipped; i++) {
         m.skipped[i].name = sk_sorted[i];
@@ -451,6 +480,7 @@ k3_err pk_finish_pack(pk_writer *w, const char *const *tok_names, char *const *t
     char *text;
     size_t len;
     if ((e = remove_unlisted(w, tok_names, n_tok, d))) goto out;
+    if (p->n_in_place && (e = make_link(w, d))) goto out;
     if ((e = k3_manifest_dump(&m, &text, &len, d))) goto out;
     e = k3_atomic_write_file(w->out_dir, K3_MANIFEST_NAME, text, len, d);
     free(text);
@@ -461,8 +491,12 @@ k3_err pk_finish_pack(pk_writer *w, const char *const *tok_names, char *const *t
     }
 out:
     for (uint32_t i = 0; i < m.n_tensors; i++) free(m.tensors[i].name);
-    for (uint32_t i = 0; i < m.n_expert_layers; i++)
+    for (uint32_t i = 0; i < m.n_expert_layers; i++) {
         for (uint32_t k = 0; k < m.expert_layers[i].n_parts; k++) free(m.expert_layers[i].parts[k].name);
+        free(m.expert_layers[i].rec_file);         /* rec_off and hashes are the plan's and the writer's */
+    }
+    free(m.sources);                               /* its names are the inputs' */
+    free(src_of);
     json_decref(m.config);
     free(m.files);
     free(m.shards);

@@ -249,6 +249,14 @@ k3_err pk_item_check(const pk_item *it, const k3_st_tensor *t, const char *file,
     return K3_OK;
 }
 
+void pk_in_place_free(pk_in_place *ip)
+{
+    if (!ip) return;
+    free(ip->file);
+    free(ip->off);
+    free(ip);
+}
+
 void pk_plan_free(pk_plan *p)
 {
     for (size_t i = 0; p->items && i < p->n_items; i++) free(p->items[i].src_name);
@@ -257,6 +265,12 @@ void pk_plan_free(pk_plan *p)
     free(p->shards);
     free(p->by_name);
     free(p->config_text);
+    for (uint32_t s = 0; p->in_place && s < p->n_shards; s++) pk_in_place_free(p->in_place[s]);
+    free(p->in_place);
+    free(p->ckpt_dir);
+    free(p->copied);
+    free(p->copied_header);
+    free(p->src_header_size);
     memset(p, 0, sizeof *p);
 }
 
@@ -264,7 +278,7 @@ void pk_plan_print(const pk_plan *p, FILE *f, int json)
 {
     for (uint32_t s = 0; s < p->n_shards; s++) {
         const pk_shard *sh = &p->shards[s];
-        const char *kind = sh->h.kind == K3_SHARD_TRUNK ? "trunk" : "experts";
+        const char *kind = sh->h.kind == K3_SHARD_TRUNK ? "trunk" : p->in_place && p->in_place[s] ? "inplace" : "experts";
         if (json)
         {
             char layer[24] = "null";
@@ -280,11 +294,16 @@ void pk_plan_print(const pk_plan *p, FILE *f, int json)
     }
     if (json)
         fprintf(f, "{\"schema\":1,\"type\":\"plan\",\"shards\":%u,\"tensors\":%zu,\"pack_bytes\":%llu,"
-                   "\"checkpoint_bytes\":%llu,\"experts\":\"%s\",\"quantize\":%s}\n",
+                   "\"checkpoint_bytes\":%llu,\"experts\":\"%s\",\"quantize\":%s,\"experts_in_place\":%u,"
+                   "\"in_place_bytes\":%llu}\n",
                 p->n_shards, p->n_items, (unsigned long long)p->total_bytes, (unsigned long long)p->src_bytes,
-                p->experts == PK_EXPERTS_MXFP4 ? "MXFP4" : "BF16", p->quantize ? "true" : "false");
+                p->experts == PK_EXPERTS_MXFP4 ? "MXFP4" : "BF16", p->quantize ? "true" : "false", p->n_in_place,
+                (unsigned long long)p->in_place_bytes);
     else
         fprintf(f, "total: %u shards, %zu tensors, %llu bytes (checkpoint tensors: %llu bytes), experts %s%s\n",
                 p->n_shards, p->n_items, (unsigned long long)p->total_bytes, (unsigned long long)p->src_bytes,
                 p->experts == PK_EXPERTS_MXFP4 ? "MXFP4" : "BF16", p->quantize ? " (quantized from BF16)" : "");
+    if (!json && p->n_in_place)
+        fprintf(f, "in place: the experts of %u layers (%llu bytes) stay in the checkpoint; the pack's shards are "
+                   "the others\n", p->n_in_place, (unsigned long long)p->in_place_bytes);
 }

@@ -126,7 +126,10 @@ k3_err pk_pack_from_checkpoint(pk_writer *w, const k3_st_ckpt *ck, const pk_inpu
                 stop = failed;
                 if (stop || w->done[s]) continue;
                 k3_diag dd;
-                k3_err es = buf ? write_shard(w, ck, fds, s, buf, &dd) : k3_fail(&dd, K3_ERR_NOMEM, "out of memory");
+                int in_place = w->p->in_place && w->p->in_place[s];
+                k3_err es = !buf ? k3_fail(&dd, K3_ERR_NOMEM, "out of memory")
+                          : in_place ? pk_hash_in_place(w, ck, fds, s, buf, &dd)
+                                     : write_shard(w, ck, fds, s, buf, &dd);
                 if (es) {
 #pragma omp critical(pk_first_error)
                     if (!failed) {
@@ -138,6 +141,11 @@ k3_err pk_pack_from_checkpoint(pk_writer *w, const k3_st_ckpt *ck, const pk_inpu
             free(buf);
         }
         if (failed) e = k3_fail(d, first.code, "%s", first.msg);
+    }
+    if (!e && w->p->n_copied) {                       /* records no layer could leave in place */
+        uint8_t *buf = malloc(PK_CHUNK);              /* [PK_CHUNK] */
+        e = buf ? pk_write_copied(w, ck, fds, buf, d) : k3_fail(d, K3_ERR_NOMEM, "out of memory");
+        free(buf);
     }
     for (size_t i = 0; i < ck->n_files; i++)
         if (fds[i] >= 0) close(fds[i]);

@@ -25,10 +25,11 @@ k3_err pk_writer_init(pk_writer *w, const pk_plan *p, const char *out_dir, int j
     w->json = json;
     w->af = calloc(p->n_shards, sizeof *w->af);
     w->done = calloc(p->n_shards, 1);
+    w->placed = calloc(p->n_shards + 1, 1);
     w->resumed = calloc(p->n_shards, 1);
     w->remaining = calloc(p->n_shards, sizeof *w->remaining);
     w->hashes = calloc(p->n_shards, sizeof *w->hashes);
-    if (!w->af || !w->done || !w->resumed || !w->remaining || !w->hashes) {
+    if (!w->af || !w->done || !w->placed || !w->resumed || !w->remaining || !w->hashes) {
         pk_writer_free(w);
         return k3_fail(d, K3_ERR_NOMEM, "out of memory");
     }
@@ -43,6 +44,7 @@ k3_err pk_writer_init(pk_writer *w, const pk_plan *p, const char *out_dir, int j
     uint8_t tag[16] = "k3pack-1";
     tag[12] = (uint8_t)p->experts;
     tag[13] = (uint8_t)p->quantize;
+    tag[14] = p->in_place != NULL;            /* --experts-in-place: other shards, another manifest */
     k3_hasher_update(h, tag, sizeof tag);
     k3_hasher_update(h, p->config_text, p->config_len);
     k3_hex128(k3_hasher_digest(h), w->fingerprint);
@@ -58,6 +60,7 @@ void pk_writer_free(pk_writer *w)
     free(w->done);
     free(w->resumed);
     free(w->remaining);
+    free(w->placed);
     free(w->hashes);
     if (w->p) pthread_mutex_destroy(&w->lock);
     memset(w, 0, sizeof *w);

@@ -24,14 +24,22 @@ void k3io_run(k3io_job *j)
 {
     double t0 = k3_now();
     int fd = j->fd_direct >= 0 && j->span ? j->fd_direct : j->fd;
-    uint64_t len = fd == j->fd ? j->size : j->span;
+    uint8_t *data = j->dst + j->lead;        /* [size] what was asked for */
+    uint8_t *at = fd == j->fd ? data : j->dst;
+    uint64_t from = fd == j->fd ? j->off : j->off - j->lead, len = fd == j->fd ? j->size : j->span;
     j->failed = j->bad_hash = 0;
     j->why = NULL;
     for (uint64_t done = 0; done < len;) {
-        ssize_t r = pread(fd, j->dst + done, (size_t)(len - done), (off_t)(j->off + done));
+        ssize_t r = pread(fd, at + done, (size_t)(len - done), (off_t)(from + done));
         if (r < 0 && errno == EINTR) continue;
-        if (r < 0 && fd != j->fd && done == 0) { fd = j->fd; len = j->size; continue; }  /* no O_DIRECT here */
-        if (r == 0 && fd != j->fd && done >= j->size) break;      /* the file ends inside the last granule */
+        if (r < 0 && fd != j->fd && done == 0) {                  /* no O_DIRECT here */
+            fd = j->fd;
+            at = data;
+            from = j->off;
+            len = j->size;
+            continue;
+        }
+        if (r == 0 && fd != j->fd && done >= j->lead + j->size) break;  /* the file ends inside the last granule */
         if (r <= 0) {
             j->failed = 1;
             j->why = r < 0 ? strerror(errno) : "the file ended early (truncated?)";
@@ -45,18 +53,18 @@ void k3io_run(k3io_job *j)
     j->hash_seconds = 0;
     if (!j->failed && j->verify && j->hs) {
         if (j->hs_reset) k3_hasher64_reset(j->hs);
-        k3_hasher64_update(j->hs, j->dst, (size_t)j->size);
+        k3_hasher64_update(j->hs, data, (size_t)j->size);
         if (j->hs_final && k3_hasher64_digest(j->hs) != j->hash) {
             j->failed = j->bad_hash = 1;
-            j->why = "XXH3-64 does not match the manifest: the pack is damaged, run k3verify";
+            j->why = j->bad_why ? j->bad_why : "XXH3-64 does not match the manifest: the pack is damaged, run k3verify";
         }
-    } else if (!j->failed && j->verify && k3_xxh3_64(j->dst, (size_t)j->size) != j->hash) {
+    } else if (!j->failed && j->verify && k3_xxh3_64(data, (size_t)j->size) != j->hash) {
         j->failed = j->bad_hash = 1;
-        j->why = "XXH3-64 does not match the manifest: the pack is damaged, run k3verify";
+        j->why = j->bad_why ? j->bad_why : "XXH3-64 does not match the manifest: the pack is damaged, run k3verify";
     }
     j->hash_seconds = j->verify ? k3_now() - th : 0;
     for (int i = 0; !j->failed && i < j->n_scan; i++)
-        if (memchr(j->dst + j->scan_off[i], 0xFF, (size_t)j->scan_len[i])) {
+        if (memchr(data + j->scan_off[i], 0xFF, (size_t)j->scan_len[i])) {
             j->failed = j->bad_hash = 1;
             j->why = "an MXFP4 scale is 0xFF (NaN in E8M0): the pack is invalid, run k3verify";
         }

@@ -18,14 +18,17 @@ typedef struct k3io_job {
     int fd_direct;           /* O_DIRECT descriptor, or -1 */
     uint64_t off;            /* file offset */
     uint64_t size;           /* bytes wanted (and hashed) */
-    uint64_t span;           /* bytes an O_DIRECT read may take (size rounded to 4 KiB; 0: no O_DIRECT) */
-    uint8_t *dst;            /* [span or size], 4 KiB-aligned for O_DIRECT */
-    int verify;              /* check XXH3-64 of dst[0..size) against hash */
+    uint64_t span;           /* bytes an O_DIRECT read may take (lead + size rounded to 4 KiB; 0: no O_DIRECT) */
+    uint64_t lead;           /* off - lead is where an O_DIRECT read starts (4 KiB-aligned; 0 for a pack's
+                                aligned records, off % 4096 for records read in place in a checkpoint) */
+    uint8_t *dst;            /* [span or lead + size], 4 KiB-aligned for O_DIRECT; the bytes land at dst + lead */
+    int verify;              /* check XXH3-64 of the size bytes at dst + lead against hash */
     uint64_t hash;
-    struct k3_hasher64 *hs;  /* NULL: dst[0..size) is the whole hashed span. Else one piece of it, in
+    struct k3_hasher64 *hs;  /* NULL: the size bytes are the whole hashed span. Else one piece of it, in
                                 order: hs_reset first (reset hs), every piece updates hs, the last
                                 (hs_final) compares hs's digest with hash */
     int hs_reset, hs_final;
+    const char *bad_why;     /* what a hash mismatch means, or NULL: "the pack is damaged" */
     int n_scan;              /* MXFP4 scale ranges of dst to refuse 0xFF in (NaN in E8M0), <= 3 */
     uint64_t scan_off[3], scan_len[3];
     /* out (valid after k3io_wait) */

@@ -26,14 +26,20 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "k3_file.h"
 #include "k3_hash.h"
 #include "k3_sys.h"
 
+/* Where record r's bytes start in the memory it is read into: a record read in place starts
+   where it starts in its 4 KiB page of the checkpoint (the read covers whole pages). */
+static uint64_t rec_lead(const expert_layer *el, uint64_t r) { return el->rec_off ? el->rec_off[r] & 4095 : 0; }
+
 /* The read of record r of el into dst (the resident load, or a cache miss): the whole stride
-   with O_DIRECT where it can, its XXH3-64 checked (verify), and its MXFP4 scale parts scanned
-   for 0xFF (NaN in E8M0). */
+   with O_DIRECT where it can (in place: the pages that cover the record), its XXH3-64 checked
+   (verify), and its MXFP4 scale parts scanned for 0xFF (NaN in E8M0). */
 static void record_job(const expert_layer *el, uint64_t r, uint8_t *dst, int verify, k3io_job *j)
 {
     j->fd = el->fd;
@@ -41,6 +47,18 @@ static void record_job(const expert_layer *el, uint64_t r, uint8_t *dst, int ver
     j->off = el->offset + r * el->stride;
     j->size = el->record_size;
     j->span = el->stride;
+    j->lead = 0;
+    j->bad_why = NULL;
+    if (el->rec_off) {
+        uint32_t f = el->rec_file[r];
+        j->fd = el->src_fd[f];
+        j->fd_direct = el->src_fd_direct[f];
+        j->off = el->rec_off[r];
+        j->lead = rec_lead(el, r);
+        j->span = (j->lead + j->size + 4095) / 4096 * 4096;
+        j->bad_why = "XXH3-64 does not match the manifest: the checkpoint file changed since k3pack read it "
+                     "(k3verify checks every record)";
+    }
     j->dst = dst;
     j->verify = verify;
     j->hash = el->hashes[r];
@@ -51,13 +69,79 @@ static void record_job(const expert_layer *el, uint64_t r, uint8_t *dst, int ver
     }
 }
 
-/* The one message for a record that cannot be used: shard, layer, expert, offset, why. */
+/* The one message for a record that cannot be used: shard (or checkpoint file), layer, expert,
+   offset, why. */
 static k3_err record_fail(const expert_layer *el, uint32_t layer, uint64_t e, int bad_hash, const char *why,
                           k3_diag *d)
 {
     return k3_fail(d, bad_hash ? K3_ERR_CORRUPT : K3_ERR_IO,
                    "'%s': layer %u expert %" PRIu64 " (record at offset %" PRIu64 "): %s",
-                   el->path, layer, e, el->offset + e * el->stride, why);
+                   el->rec_off ? el->src_path[el->rec_file[e]] : el->path, layer, e,
+                   el->rec_off ? el->rec_off[e] : el->offset + e * el->stride, why);
+}
+
+static void close_sources(k3_weights *w)
+{
+    for (uint32_t i = 0; i < w->n_src; i++) {
+        if (w->src_fd[i] >= 0) close(w->src_fd[i]);
+        if (w->src_fd_direct[i] >= 0) close(w->src_fd_direct[i]);
+        w->src_fd[i] = w->src_fd_direct[i] = -1;
+    }
+}
+
+/*
+ * An in-place pack (FORMAT.md 10): open PACK/checkpoint/NAME for every checkpoint file the
+ * manifest names, and check that it is the file k3pack read: its size, and the XXH3-128 of its
+ * safetensors header. A file that is missing is an I/O error (exit 3); one that is another
+ * file, or changed, is damage (exit 1). Its records are hash-checked as they are read.
+ */
+static k3_err open_sources(k3_weights *w, k3_diag *d)
+{
+    const k3_manifest *m = &w->mf;
+    w->n_src = m->n_sources;
+    w->src_fd = malloc((m->n_sources + 1) * sizeof *w->src_fd);
+    w->src_fd_direct = malloc((m->n_sources + 1) * sizeof *w->src_fd_direct);
+    w->src_path = calloc(m->n_sources + 1, sizeof *w->src_path);
+    if (!w->src_fd || !w->src_fd_direct || !w->src_path) { w->n_src = 0; return k3_fail(d, K3_ERR_NOMEM, "out of memory"); }
+    for (uint32_t i = 0; i < m->n_sources; i++) w->src_fd[i] = w->src_fd_direct[i] = -1;
+    uint8_t *hdr = NULL;                               /* [header_size] one file's safetensors header */
+    k3_err e = K3_OK;
+    for (uint32_t i = 0; i < m->n_sources && !e; i++) {
+        const k3_mf_source *f = &m->sources[i];
+        char link[4096], path[4096];
+        if ((e = k3_path_join(link, sizeof link, w->dir, K3_CHECKPOINT_LINK, d)) ||
+            (e = k3_path_join(path, sizeof path, f->in_pack ? w->dir : link, f->name, d)))
+            break;
+        if (!(w->src_path[i] = strdup(path))) { e = k3_fail(d, K3_ERR_NOMEM, "out of memory"); break; }
+        struct stat st;
+        w->src_fd[i] = open(path, O_RDONLY | O_CLOEXEC);
+        if (w->src_fd[i] < 0) {
+            e = k3_fail(d, K3_ERR_IO, "cannot open '%s': %s (the pack reads its experts in place from the "
+                        "checkpoint k3pack read; if it moved, point the link at it: ln -sfn DIR '%s')", path,
+                        strerror(errno), link);
+            break;
+        }
+        if (fstat(w->src_fd[i], &st) != 0) { e = k3_fail(d, K3_ERR_IO, "cannot stat '%s': %s", path, strerror(errno)); break; }
+        if ((uint64_t)st.st_size != f->size) {
+            e = k3_fail(d, K3_ERR_CORRUPT, "'%s' is %llu bytes; the pack was made from a file of %llu bytes: it is "
+                        "another file, or it changed (truncated?) since k3pack read it", path,
+                        (unsigned long long)st.st_size, (unsigned long long)f->size);
+            break;
+        }
+        uint8_t *nb = realloc(hdr, (size_t)f->header_size);
+        if (!nb) { e = k3_fail(d, K3_ERR_NOMEM, "out of memory"); break; }
+        hdr = nb;
+        if ((e = k3_pread_full(w->src_fd[i], hdr, (size_t)f->header_size, 0, path, d))) break;
+        k3_h128 h = k3_xxh3_128(hdr, (size_t)f->header_size);
+        if (memcmp(&h, &f->header_hash, sizeof h)) {
+            e = k3_fail(d, K3_ERR_CORRUPT, "'%s': its safetensors header differs from the one k3pack read: it is "
+                        "another file, or it changed", path);
+            break;
+        }
+        w->src_fd_direct[i] = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
+    }
+    free(hdr);
+    return e;
 }
 
 /*
@@ -75,7 +159,7 @@ static k3_err load_resident(k3_weights *w, uint64_t n_records, k3_progress *pg, 
     for (uint32_t l = 0; l < w->n_layers; l++) {
         expert_layer *el = &w->experts[l];
         for (uint64_t r = 0; el->data && r < el->count; r++, n++) {
-            record_job(el, r, el->data + r * el->stride, w->o.verify_reads, &jobs[n]);
+            record_job(el, r, el->data + r * el->stride, w->o.verify_reads, &jobs[n]);   /* [stride] each */
             q[nq++] = &jobs[n];
             if (nq == 4096) { k3io_submit(w->io, q, nq); nq = 0; }
         }
@@ -105,6 +189,7 @@ static k3_err load_resident(k3_weights *w, uint64_t n_records, k3_progress *pg, 
         }
     }
     free(jobs);
+    close_sources(w);                                  /* everything is in memory */
     return e;
 }
 
@@ -122,18 +207,24 @@ k3_err k3w_load_experts(k3_weights *w, k3_progress *pg, k3_diag *d)
                            me->layer, w->n_layers);
         expert_layer *el = &w->experts[me->layer];
         char path[4096];
-        int fd;
+        int fd = -1;
         k3_shard_header h;
-        k3_err e = k3w_open_shard(w, me->shard, &fd, path, sizeof path, &h, d);
-        if (e) return e;
-        if (h.n_records != me->count || h.record_stride != me->stride || h.record_size != me->record_size ||
-            h.data_offset != me->offset || h.n_entries != me->n_parts) {
-            e = k3_fail(d, K3_ERR_MODEL, "'%s': record geometry differs from the manifest", path);
+        k3_err e = K3_OK;
+        memset(&h, 0, sizeof h);
+        if (me->in_place) {                     /* records in the checkpoint's files (FORMAT.md 10) */
+            if (!w->src_fd && (e = open_sources(w, d))) return e;
+            snprintf(path, sizeof path, "%s", K3_CHECKPOINT_LINK);
+        } else {
+            if ((e = k3w_open_shard(w, me->shard, &fd, path, sizeof path, &h, d))) return e;
+            if (h.n_records != me->count || h.record_stride != me->stride || h.record_size != me->record_size ||
+                h.data_offset != me->offset || h.n_entries != me->n_parts)
+                e = k3_fail(d, K3_ERR_MODEL, "'%s': record geometry differs from the manifest", path);
         }
         for (uint32_t p = 0; p < me->n_parts && !e; p++) {
             const k3_mf_part *pt = &me->parts[p];
-            const k3_shard_entry *en = k3_shard_find(&h, pt->name);
-            if ((e = k3w_check_entry(en, path, pt->name, pt->encoding, pt->ndim, pt->shape, pt->offset, pt->size, d)))
+            const k3_shard_entry *en = me->in_place ? NULL : k3_shard_find(&h, pt->name);
+            if (!me->in_place &&
+                (e = k3w_check_entry(en, path, pt->name, pt->encoding, pt->ndim, pt->shape, pt->offset, pt->size, d)))
                 break;
             int mi = pt->name[0] == 'w' ? pt->name[1] == '1' ? 0 : pt->name[1] == '3' ? 1 : pt->name[1] == '2' ? 2 : -1 : -1;
             const char *suf = pt->name + 2;
@@ -156,10 +247,17 @@ k3_err k3w_load_experts(k3_weights *w, k3_progress *pg, k3_diag *d)
             el->offset = me->offset;
             el->record_size = me->record_size;
             el->hashes = me->hashes;
+            if (me->in_place) {
+                el->rec_file = me->rec_file;
+                el->rec_off = me->rec_off;
+                el->src_fd = w->src_fd;
+                el->src_fd_direct = w->src_fd_direct;
+                el->src_path = w->src_path;
+            }
             el->path = strdup(path);
             if (!el->path) e = k3_fail(d, K3_ERR_NOMEM, "out of memory");
         }
-        if (!e) {                               /* keep the shard open: cache misses, or the load below */
+        if (!e && !me->in_place) {              /* keep the shard open: cache misses, or the load below */
             el->fd = fd;
             fd = -1;
             if (me->offset % 4096 == 0 && me->stride % 4096 == 0)
@@ -231,6 +329,11 @@ void k3w_experts_free(k3_weights *w)
             if (el->fd_direct >= 0) close(el->fd_direct);
         }
     free(w->experts);
+    if (w->src_fd) close_sources(w);
+    for (uint32_t i = 0; w->src_path && i < w->n_src; i++) free(w->src_path[i]);
+    free(w->src_fd);
+    free(w->src_fd_direct);
+    free(w->src_path);
     free(w->slots);
     free(w->slot_layer);
     free(w->slot_expert);
@@ -403,7 +506,7 @@ static uint8_t *take_slot(k3_weights *w, int32_t v, int layer, int32_t e)
     el->slot[e] = v;
     uint8_t *dst = w->slots + (uint64_t)v * w->slot_bytes;
     record_job(el, (uint64_t)e, dst, w->o.verify_reads, &w->slot_job[v]);
-    return dst;
+    return dst + rec_lead(el, (uint64_t)e);
 }
 
 k3_err k3w_experts_acquire(k3_weights *w, int layer, const int32_t *ids, const uint32_t *tokens, int n,
@@ -420,7 +523,8 @@ k3_err k3w_experts_acquire(k3_weights *w, int layer, const int32_t *ids, const u
     w->acq_ids = ids;
     w->acq_next = 0;
     if (!w->o.expert_slots) {
-        for (int j = 0; j < n; j++) fill_expert(el, el->data + (uint64_t)ids[j] * el->stride, &out[j]);
+        for (int j = 0; j < n; j++)
+            fill_expert(el, el->data + (uint64_t)ids[j] * el->stride + rec_lead(el, (uint64_t)ids[j]), &out[j]);
         w->acq_n = w->acq_hits = n;
         return K3_OK;
     }
@@ -443,7 +547,7 @@ k3_err k3w_experts_acquire(k3_weights *w, int layer, const int32_t *ids, const u
                 w->st.prefetch_used++;
                 w->st.prefetch_pending--;
             }
-            fill_expert(el, w->slots + (uint64_t)s * w->slot_bytes, &out[j]);
+            fill_expert(el, w->slots + (uint64_t)s * w->slot_bytes + rec_lead(el, (uint64_t)ids[j]), &out[j]);
             w->acq_slot[nh] = pass ? s : -1;
             w->acq_pf[nh] = (uint8_t)pass;
             w->acq_order[nh++] = j;

@@ -34,6 +34,11 @@ typedef struct expert_layer {
     uint64_t count, stride;
     int enc;                  /* K3_ENC_MXFP4 or K3_ENC_BF16 */
     uint64_t off[3][2];       /* w1, w3, w2: [packed or weight, scale] offsets in a record */
+    const uint32_t *rec_file; /* in place (FORMAT.md 10): [count] the checkpoint file of each record
+                                 (index into k3_weights.src_*); NULL: the records are in the layer's shard */
+    const uint64_t *rec_off;  /* in place: [count] each record's offset in that file */
+    const int *src_fd, *src_fd_direct;   /* in place: k3_weights.src_fd, .src_fd_direct */
+    char *const *src_path;    /* in place: k3_weights.src_path */
     uint32_t rows[3], cols[3];
 } expert_layer;
 
@@ -107,6 +112,9 @@ struct k3_weights {
     uint16_t *embed_row;      /* [hidden] one row, BF16 */
     /* experts */
     expert_layer *experts;    /* [n_layers] (count 0 for layers without experts) */
+    uint32_t n_src;           /* in place: the checkpoint files the records are read from (mf.sources) */
+    int *src_fd, *src_fd_direct;   /* [n_src] buffered and O_DIRECT descriptors, -1 when closed */
+    char **src_path;          /* [n_src] PACK/checkpoint/NAME */
     uint64_t bytes_read;
     /* the expert cache (o.expert_slots > 0) */
     uint64_t n_slots, slot_bytes;

@@ -12,7 +12,12 @@ Checks that the pack is exactly the checkpoint re-laid out:
   * every expert part equals the checkpoint's weight_packed / weight_scale bytes,
     or, for experts quantized by k3pack, mxfp4.quantize() of the checkpoint's BF16
     (the NumPy reference in tests/reference), bit for bit;
-  * vision tensors are listed as skipped, nothing else is missing.
+  * vision tensors are listed as skipped, nothing else is missing;
+  * version 3 (FORMAT.md 10, k3pack --experts-in-place): the `checkpoint` link leads to
+    CHECKPOINT_DIR, every checkpoint_files entry's size and header hash, every in-place
+    record's bytes in its file and hash, each part equal to the checkpoint tensor, and the
+    pack's experts-copied.safetensors a valid safetensors file holding exactly the copied
+    records' tensors under their checkpoint names.
 Exit 0 when all holds, 1 with a message otherwise.
 """
 import json
@@ -26,7 +31,7 @@ import xxhash
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "reference"))
 import mxfp4  # noqa: E402
-from safetensors_io import ModelDir  # noqa: E402
+from safetensors_io import ModelDir, SafetensorsFile  # noqa: E402
 
 ENC = {1: ("BF16", 16), 2: ("F16", 16), 3: ("F32", 32), 4: ("F64", 64), 5: ("U8", 8), 6: ("I8", 8),
        7: ("I16", 16), 8: ("I32", 32), 9: ("I64", 64), 10: ("MXFP4", 4), 11: ("E8M0", 8)}
@@ -109,11 +114,65 @@ def covered_zero(data, spans, start, end, what):
     need(data[pos:end] == bytes(end - pos), "%s: non-zero padding at the end" % what)
 
 
+def check_in_place(pack, ckpt_dir, m, ck, prefix, listed):
+    """Version 3: the in-place expert layers; returns the checkpoint tensors they account for."""
+    link = os.path.join(pack, "checkpoint")
+    need(os.path.islink(link) and os.path.isabs(os.readlink(link)), "checkpoint: not an absolute symbolic link")
+    need(os.path.realpath(link) == os.path.realpath(ckpt_dir), "checkpoint link leads elsewhere")
+    listed.add("checkpoint")
+    files, copied = [], None
+    names = [f["name"] for f in m["checkpoint_files"]]
+    ck_names = [n for f, n in zip(m["checkpoint_files"], names) if not f.get("in_pack")]
+    need(ck_names == sorted(ck_names) and len(set(names)) == len(names), "checkpoint_files: order or duplicates")
+    for f in m["checkpoint_files"]:
+        path = os.path.join(pack if f.get("in_pack") else link, f["name"])
+        data = open(path, "rb").read()
+        n = struct.unpack("<Q", data[:8])[0]
+        need(len(data) == f["size"] and f["header_size"] == 8 + n, "%s: size or header_size" % f["name"])
+        need(xxhash.xxh3_128_hexdigest(data[:8 + n]) == f["header_xxh3_128"], "%s: header hash" % f["name"])
+        if f.get("in_pack"):
+            need(f["name"] == "experts-copied.safetensors" and f is m["checkpoint_files"][-1], "in_pack file")
+            listed.add(f["name"])
+            copied = SafetensorsFile(path)
+        files.append(data)
+    seen, in_copy = set(), set()
+    for x in m["expert_layers"]:
+        if "shard" in x:
+            continue
+        need(x["source"] == "checkpoint" and len(x["records"]) == x["count"] == len(x["xxh3_64"]), "layer %d" % x["layer"])
+        offs = [p["offset"] for p in x["parts"]]
+        need(offs == sorted(offs) and sum(p["size"] for p in x["parts"]) == x["record_size"], "layer %d parts" % x["layer"])
+        for p, q in zip(x["parts"], x["parts"][1:]):
+            need(p["offset"] + p["size"] == q["offset"], "layer %d: parts not adjacent" % x["layer"])
+        for e, (fi, off) in enumerate(x["records"]):
+            f = m["checkpoint_files"][fi]
+            need(off >= f["header_size"] and off + x["record_size"] <= f["size"], "layer %d expert %d range" % (x["layer"], e))
+            rec = files[fi][off:off + x["record_size"]]
+            need(xxhash.xxh3_64_hexdigest(rec) == x["xxh3_64"][e], "layer %d expert %d hash" % (x["layer"], e))
+            stem = "%smodel.layers.%d.block_sparse_moe.experts.%d." % (prefix, x["layer"], e)
+            for p in x["parts"]:
+                src = stem + p["name"]
+                want = ck.get(src).tobytes()
+                need(rec[p["offset"]:p["offset"] + p["size"]] == want, "layer %d expert %d part %s" % (x["layer"], e, src))
+                need(ck.dtype(src) == {"MXFP4": "U8", "E8M0": "U8"}.get(p["encoding"], p["encoding"]), "dtype of %s" % src)
+                if f.get("in_pack"):
+                    in_copy.add(src)
+                    need(copied.get(src).tobytes() == want, "experts-copied.safetensors: %s" % src)
+                seen.add(src)
+    if copied is not None:
+        extra = {n for n in copied.names if not n.startswith("k3pack.pad.")} - in_copy
+        need(not extra, "experts-copied.safetensors holds tensors no record uses: %s" % sorted(extra)[:3])
+        copied.close()
+    return seen
+
+
 def main(pack, ckpt_dir):
     raw = open(os.path.join(pack, "manifest.json"), "rb").read()
     check_manifest_sum(raw)
     m = json.loads(raw)
-    need(m["format"] == "k3-pack" and m["format_version"] == 2 and m["byte_order"] == "little", "manifest header")
+    need(m["format"] == "k3-pack" and m["format_version"] in (2, 3) and m["byte_order"] == "little", "manifest header")
+    v3 = m["format_version"] == 3
+    need(v3 == ("checkpoint_files" in m), "checkpoint_files exactly in version 3")
     ck = ModelDir(ckpt_dir)
     prefix = m["name_prefix"]
     quantized = m["experts"]["source"] == "quantized"
@@ -126,8 +185,10 @@ def main(pack, ckpt_dir):
     tensors_by_shard = {}
     for t in m["tensors"]:
         tensors_by_shard.setdefault(t["shard"], []).append(t)
-    xl_by_shard = {x["shard"]: x for x in m["expert_layers"]}
+    xl_by_shard = {x["shard"]: x for x in m["expert_layers"] if "shard" in x}
     seen = set()
+    if v3:
+        seen |= check_in_place(pack, ckpt_dir, m, ck, prefix, listed)
     for s in m["shards"]:
         path = os.path.join(pack, s["name"])
         listed.add(s["name"])

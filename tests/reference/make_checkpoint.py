@@ -165,7 +165,7 @@ def is_moe(tc, i):
             and i % tc["moe_layer_freq"] == 0)
 
 
-def tensor_specs(tc, expert_dtype="mxfp4"):
+def tensor_specs(tc, expert_dtype="mxfp4", expert_layout="by-expert"):
     """All language-model tensors as (name, dtype, shape), in module order (config-driven)."""
     D, V, L = tc["hidden_size"], tc["vocab_size"], tc["num_hidden_layers"]
     lac = tc["linear_attn_config"]
@@ -215,13 +215,19 @@ def tensor_specs(tc, expert_dtype="mxfp4"):
             out += [(m + "gate.weight", "BF16", [E, D]), (m + "gate.e_score_correction_bias", "F32", [E])]
             if tc.get("routed_expert_hidden_size"):
                 out.append((m + "routed_expert_down_proj.weight", "BF16", [Dl, D]))
-            for e in range(E):
-                for w, (o_, i_) in (("w1", (I, Dl)), ("w3", (I, Dl)), ("w2", (Dl, I))):
-                    n = m + "experts.%d.%s." % (e, w)
-                    if expert_dtype == "mxfp4":
-                        out += [(n + "weight_packed", "U8", [o_, i_ // 2]), (n + "weight_scale", "U8", [o_, i_ // 32])]
-                    else:
-                        out.append((n + "weight", "BF16", [o_, i_]))
+            mats = (("w1", (I, Dl)), ("w3", (I, Dl)), ("w2", (Dl, I)))
+            # by-expert: an expert's tensors adjacent (as the real release, whose files the
+            # safetensors library writes sorted by name); by-tensor: every expert's w1, then
+            # every w3, then every w2, in this order in the file (no record adjacent:
+            # k3pack's --experts-in-place must copy them all)
+            order = ([(e, w) for e in range(E) for w in mats] if expert_layout == "by-expert"
+                     else [(e, w) for w in mats for e in range(E)])
+            for e, (w, (o_, i_)) in order:
+                n = m + "experts.%d.%s." % (e, w)
+                if expert_dtype == "mxfp4":
+                    out += [(n + "weight_packed", "U8", [o_, i_ // 2]), (n + "weight_scale", "U8", [o_, i_ // 32])]
+                else:
+                    out.append((n + "weight", "BF16", [o_, i_]))
             if tc.get("latent_moe_use_norm") and tc.get("routed_expert_hidden_size"):
                 out.append((m + "routed_expert_norm.weight", "BF16", [Dl]))
             if tc.get("routed_expert_hidden_size"):
@@ -402,7 +408,8 @@ def write_json(path, obj):
         f.write(json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
 
 
-def make_checkpoint(preset, seed, out, expert_dtype="mxfp4", tiktoken_model=None, log=None, router=None):
+def make_checkpoint(preset, seed, out, expert_dtype="mxfp4", tiktoken_model=None, log=None, router=None,
+                    expert_layout="by-expert"):
     """Generate the checkpoint into `out`. Returns a summary dict."""
     router = router or PRESETS[preset]["router"]
     import kimi_tokenizer                       # the colleague's tokenizer module (lazy)
@@ -414,7 +421,7 @@ def make_checkpoint(preset, seed, out, expert_dtype="mxfp4", tiktoken_model=None
         tok = kimi_tokenizer.write_tokenizer_files(out)
     pr = PRESETS[preset]
     tc = make_text_config(preset, tok)
-    specs = tensor_specs(tc, expert_dtype) + vision_specs(pr["vision_hidden"], tc["hidden_size"])
+    specs = tensor_specs(tc, expert_dtype, expert_layout) + vision_specs(pr["vision_hidden"], tc["hidden_size"])
     shards = split_shards(specs, pr["shards"])
     n = len(shards)
     weight_map, total = {}, 0
@@ -422,7 +429,8 @@ def make_checkpoint(preset, seed, out, expert_dtype="mxfp4", tiktoken_model=None
         fname = "model-%05d-of-%05d.safetensors" % (si + 1, n)
         tensors = [(nm, dt, shp, (lambda nm=nm, dt=dt, shp=shp: gen_tensor(seed, nm, dt, shp, tc, router)))
                    for nm, dt, shp in sh]
-        total += write_safetensors(os.path.join(out, fname), tensors, {"format": "pt"})
+        total += write_safetensors(os.path.join(out, fname), tensors, {"format": "pt"},
+                                   sort=expert_layout == "by-expert")
         for nm, _, _ in sh:
             weight_map[nm] = fname
         if log:
@@ -445,10 +453,13 @@ def main(argv=None):
     ap.add_argument("--tiktoken", default=None, help="tiktoken.model to copy (default: the committed one)")
     ap.add_argument("--router", choices=["grouped", "continuous"], default=None,
                     help="router weight structure (default: the preset's; see README)")
+    ap.add_argument("--expert-layout", choices=["by-expert", "by-tensor"], default="by-expert",
+                    help="by-expert: tensors sorted by name in each file, so each expert's are adjacent "
+                         "(default); by-tensor: files in module order, all w1, all w3, all w2 of a layer")
     ap.add_argument("-q", "--quiet", action="store_true")
     a = ap.parse_args(argv)
     log = None if a.quiet else (lambda s: print(s, file=sys.stderr))
-    s = make_checkpoint(a.preset, a.seed, a.out, a.expert_dtype, a.tiktoken, log, a.router)
+    s = make_checkpoint(a.preset, a.seed, a.out, a.expert_dtype, a.tiktoken, log, a.router, a.expert_layout)
     if not a.quiet:
         print("%s seed %d: %d tensors in %d shards, %.1f MB data (experts %.1f MB), %.1f s -> %s" % (
             s["preset"], s["seed"], s["tensors"], s["shards"], s["total_size"] / 1e6, s["expert_bytes"] / 1e6,
