@@ -81,6 +81,13 @@ static const char *const wid_suffix[K3W__COUNT] = {
 const k3_config *k3w_config(const k3_weights *w) { return &w->cfg; }
 const k3_manifest *k3w_manifest(const k3_weights *w) { return &w->mf; }
 uint64_t k3w_bytes_read(const k3_weights *w) { return w->bytes_read; }
+
+uint32_t k3w_in_place_layers(const k3_weights *w)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < w->mf.n_expert_layers; i++) n += w->mf.expert_layers[i].in_place;
+    return n;
+}
 void k3w_stats(const k3_weights *w, k3_weights_stats *st) { *st = w->st; st->bytes_read = w->bytes_read; }
 uint32_t k3w_expert_capacity(const k3_weights *w)
 {

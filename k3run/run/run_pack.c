@@ -278,6 +278,7 @@ checked:
             json_object_set_new(doc, "budget_bytes", json_integer((json_int_t)plan.budget));
             json_object_set_new(doc, "resident_bytes", json_integer((json_int_t)plan.resident));
             json_object_set_new(doc, "expert_slots", json_integer((json_int_t)plan.expert_slots));
+            json_object_set_new(doc, "experts_in_place_layers", json_integer((json_int_t)k3w_in_place_layers(w)));
             json_object_set_new(doc, "expert_hits", json_integer((json_int_t)ws.expert_hits));
             json_object_set_new(doc, "expert_misses", json_integer((json_int_t)ws.expert_misses));
             json_object_set_new(doc, "io_wait_seconds", json_real(ws.wait_seconds));

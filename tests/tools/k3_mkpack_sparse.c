@@ -25,6 +25,12 @@
  *     Blocks holding header bytes, the last partial block and the last stripe
  *     go through libxxhash's own accumulate (xxhash.h, XXH_INLINE_ALL). The
  *     shortcut is checked against XXH3_128bits() on real buffers at startup.
+ *
+ * --experts-in-place CKPT_DIR: the version-3 pack k3pack --experts-in-place makes
+ * (FORMAT.md 10), with the checkpoint it would read: CKPT_DIR gets one sparse
+ * .safetensors file per MoE layer holding its routed experts' tensors under their
+ * checkpoint names, sorted by name as the safetensors library writes them (so an
+ * expert's six tensors are adjacent: w1, w2, w3), and the pack links to it.
  */
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -208,7 +214,131 @@ static k3_err write_shard(const char *dir, pk_shard *sh, const uint8_t *img, siz
     return e;
 }
 
-static const k3_opt opts[] = {K3_OPTS_COMMON};
+/* ------------------------------------------------- --experts-in-place */
+
+enum { O_IN_PLACE = K3_OPT_USER };
+static const k3_opt opts[] = {
+    {O_IN_PLACE, 0, "experts-in-place", "CKPT_DIR", NULL, NULL,
+     "also write a sparse checkpoint of the routed experts into CKPT_DIR (new or empty) and make the pack read "
+     "them there (format 3, as k3pack --experts-in-place)"},
+    K3_OPTS_COMMON,
+};
+
+typedef struct ip_tensor {
+    char name[160];
+    uint32_t part;                  /* shard entry index */
+    uint64_t expert;
+} ip_tensor;
+
+static int cmp_ip(const void *a, const void *b) { return strcmp(((const ip_tensor *)a)->name, ((const ip_tensor *)b)->name); }
+
+/* Layer sh's routed experts as one sparse safetensors file in ckpt (file `fname`), sorted by
+   name; x (the manifest's layer) gets the records' offsets, parts in their offset order and
+   zero hashes; src gets the file's size and header. */
+static k3_err in_place_layer(const char *ckpt, const char *fname, const char *prefix, const pk_shard *sh,
+                             uint32_t file_index, zcache *zc, k3_mf_experts *x, k3_mf_source *src, k3_diag *d)
+{
+    const k3_shard_header *h = &sh->h;
+    uint64_t n = h->n_records * h->n_entries;
+    ip_tensor *t = calloc(n + 1, sizeof *t);                        /* [n_records * n_entries] */
+    uint64_t *rel = calloc(h->n_entries + 1, sizeof *rel);           /* [n_entries] offset in the record */
+    if (!t || !rel) { free(t); free(rel); return k3_fail(d, K3_ERR_NOMEM, "out of memory"); }
+    for (uint64_t e = 0, i = 0; e < h->n_records; e++)
+        for (uint32_t p = 0; p < h->n_entries; p++, i++) {
+            snprintf(t[i].name, sizeof t[i].name, "%smodel.layers.%" PRId64 ".block_sparse_moe.experts.%" PRIu64 ".%.*s",
+                     prefix, sh->layer, e, (int)h->entries[p].name_len, h->entries[p].name);
+            t[i].part = p;
+            t[i].expert = e;
+        }
+    qsort(t, n, sizeof *t, cmp_ip);
+    json_t *root = json_object(), *meta = json_object();
+    json_object_set_new(meta, "format", json_string("pt"));
+    json_object_set_new(root, "__metadata__", meta);
+    uint64_t at = 0, rec_size = 0;
+    x->rec_file = malloc((h->n_records + 1) * sizeof *x->rec_file);  /* [n_records] */
+    x->rec_off = malloc((h->n_records + 1) * sizeof *x->rec_off);    /* [n_records] */
+    x->hashes = malloc((h->n_records + 1) * sizeof *x->hashes);      /* [n_records] */
+    k3_err e = x->rec_file && x->rec_off && x->hashes ? K3_OK : k3_fail(d, K3_ERR_NOMEM, "out of memory");
+    for (uint64_t i = 0; i < n && !e; i++) {
+        const k3_shard_entry *en = &h->entries[t[i].part];
+        uint64_t shape[2] = {en->shape[0], en->shape[1]};
+        if (en->encoding == K3_ENC_MXFP4) shape[1] /= 2;            /* the checkpoint's weight_packed, U8 */
+        json_t *o = json_object(), *sa = json_array(), *oa = json_array();
+        for (int q = 0; q < en->ndim; q++) json_array_append_new(sa, json_integer((json_int_t)shape[q]));
+        json_array_append_new(oa, json_integer((json_int_t)at));
+        json_array_append_new(oa, json_integer((json_int_t)(at + en->size)));
+        json_object_set_new(o, "dtype", json_string(en->encoding == K3_ENC_BF16 ? "BF16" : "U8"));
+        json_object_set_new(o, "shape", sa);
+        json_object_set_new(o, "data_offsets", oa);
+        json_object_set_new(root, t[i].name, o);
+        if (i % h->n_entries == 0) x->rec_off[t[i].expert] = at;    /* an expert's tensors are adjacent */
+        if (t[i].expert == t[0].expert) rel[t[i].part] = at - x->rec_off[t[i].expert], rec_size += en->size;
+        at += en->size;
+    }
+    char *js = e ? NULL : json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(root);
+    if (!e && !js) e = k3_fail(d, K3_ERR_NOMEM, "out of memory");
+    uint64_t jl = js ? strlen(js) : 0, hn = (jl + 7) / 8 * 8, hs = 8 + hn;   /* header padded with spaces */
+    uint8_t *hdr = e ? NULL : malloc(hs);                           /* [8 + N] */
+    if (!e && !hdr) e = k3_fail(d, K3_ERR_NOMEM, "out of memory");
+    if (!e) {
+        for (int i = 0; i < 8; i++) hdr[i] = (uint8_t)(hn >> (8 * i));
+        memset(hdr + 8, ' ', hn);
+        memcpy(hdr + 8, js, jl);
+        char path[4096];
+        if (!(e = k3_path_join(path, sizeof path, ckpt, fname, d))) {
+            int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+            if (fd < 0) e = k3_fail(d, K3_ERR_IO, "cannot create '%s': %s", path, strerror(errno));
+            else {
+                if (ftruncate(fd, (off_t)(hs + at)) != 0)
+                    e = k3_fail(d, K3_ERR_IO, "cannot size '%s': %s", path, strerror(errno));
+                if (!e) e = k3_pwrite_full(fd, hdr, (size_t)hs, 0, path, d);
+                close(fd);
+            }
+        }
+    }
+    uint64_t zh = 0;
+    if (!e) e = zero_hash64(zc, rec_size, &zh, d);
+    for (uint64_t r = 0; !e && r < h->n_records; r++) {
+        x->rec_file[r] = file_index;
+        x->rec_off[r] += hs;
+        x->hashes[r] = zh;
+    }
+    if (!e) {
+        x->layer = (uint32_t)sh->layer;
+        x->shard = UINT32_MAX;
+        x->count = h->n_records;
+        x->record_size = rec_size;
+        x->stride = k3_in_place_stride(rec_size);
+        x->in_place = 1;
+        x->n_parts = h->n_entries;
+        for (uint32_t i = 0; i < h->n_entries && !e; i++) {     /* parts in offset order */
+            uint32_t best = 0;
+            for (uint32_t p = 0, k = 0; p < h->n_entries; p++) {
+                uint32_t rank = 0;
+                for (uint32_t q = 0; q < h->n_entries; q++) rank += rel[q] < rel[p];
+                if (rank == i) best = p, k++;
+            }
+            const k3_shard_entry *en = &h->entries[best];
+            k3_mf_part *pt = &x->parts[i];
+            if (!(pt->name = strndup(en->name, en->name_len))) { e = k3_fail(d, K3_ERR_NOMEM, "out of memory"); break; }
+            pt->encoding = en->encoding;
+            pt->ndim = en->ndim;
+            memcpy(pt->shape, en->shape, sizeof pt->shape);
+            pt->offset = rel[best];
+            pt->size = en->size;
+        }
+        src->size = hs + at;
+        src->header_size = hs;
+        src->header_hash = k3_xxh3_128(hdr, (size_t)hs);
+        if (!(src->name = strdup(fname))) e = k3_fail(d, K3_ERR_NOMEM, "out of memory");
+    }
+    free(hdr);
+    free(js);
+    free(t);
+    free(rel);
+    return e;
+}
 #define N_OPTS ((int)(sizeof opts / sizeof opts[0]))
 
 static const char usage_footer[] =
@@ -242,6 +372,7 @@ int main(int argc, char **argv)
     }
     if (a.n_pos != 3) return k3_usage_error("expected CONFIG.json TOKENIZER_DIR OUT_DIR");
     const char *cfg_path = a.pos[0], *tok_dir = a.pos[1], *out = a.pos[2];
+    const char *ckpt = k3_opt_str(&a, O_IN_PLACE);
     double t0 = k3_now();
 
     static const char *const tok_names[2] = {"tiktoken.model", "tokenizer_config.json"};
@@ -269,11 +400,12 @@ int main(int argc, char **argv)
         }
     }
     if (!e) e = prepare_dir(out, &d);
+    if (!e && ckpt) e = prepare_dir(ckpt, &d);
     if (e) goto out;
 
     /* the manifest, as pk_finish_pack builds it */
     json_error_t je;
-    m.format_version = K3_PACK_VERSION;
+    m.format_version = ckpt ? K3_PACK_VERSION_MAX : K3_PACK_VERSION;
     m.generator = strdup(GENERATOR);
     m.name_prefix = strdup(k3_config_prefix(&plan.cfg));
     m.config = json_loadb(plan.config_text, plan.config_len, JSON_REJECT_DUPLICATES, &je);
@@ -295,10 +427,25 @@ int main(int argc, char **argv)
         f->hash = k3_xxh3_128(tok_data[i], tok_len[i]);
     }
 
-    uint64_t apparent = 0, max_hdr = 0;
+    uint64_t apparent = 0, max_hdr = 0, n_moe = 0, ck_bytes = 0;
+    for (uint32_t s = 0; ckpt && s < plan.n_shards; s++) n_moe += plan.shards[s].h.kind == K3_SHARD_EXPERTS;
+    if (ckpt && !(m.sources = calloc(n_moe + 1, sizeof *m.sources))) { e = k3_fail(&d, K3_ERR_NOMEM, "out of memory"); goto out; }
     for (uint32_t s = 0; s < plan.n_shards; s++) {
         pk_shard *sh = &plan.shards[s];
         k3_shard_header *h = &sh->h;
+        if (ckpt && h->kind == K3_SHARD_EXPERTS) {       /* FORMAT.md 10: the records in the checkpoint */
+            char fname[64];
+            snprintf(fname, sizeof fname, "model-%05u-of-%05u.safetensors", m.n_sources + 1, (unsigned)n_moe);
+            k3_mf_experts *nx = realloc(m.expert_layers, (m.n_expert_layers + 1) * sizeof *nx);
+            if (!nx) { e = k3_fail(&d, K3_ERR_NOMEM, "out of memory"); goto out; }
+            m.expert_layers = nx;
+            memset(&nx[m.n_expert_layers], 0, sizeof *nx);
+            e = in_place_layer(ckpt, fname, m.name_prefix, sh, m.n_sources, &zc, &nx[m.n_expert_layers++],
+                               &m.sources[m.n_sources], &d);
+            ck_bytes += m.sources[m.n_sources++].size;
+            if (e) goto out;
+            continue;
+        }
         uint8_t *img = NULL;
         size_t len = 0;
         uint64_t *ent = NULL, *rec = NULL, zh = 0;
@@ -325,13 +472,19 @@ int main(int argc, char **argv)
             for (uint64_t r = 0; rec && r < h->n_records; r++) rec[r] = zh;
         }
         if (!e && (!ms->name || (!ent && !rec))) e = k3_fail(&d, K3_ERR_NOMEM, "out of memory");
-        if (!e) e = k3_manifest_describe_shard(&m, s, h, ent, rec, &d);
+        if (!e) e = k3_manifest_describe_shard(&m, m.n_shards - 1, h, ent, rec, &d);
         free(ent);
         if (e) {
             if (h->kind != K3_SHARD_TRUNK && (m.n_expert_layers == 0 || m.expert_layers[m.n_expert_layers - 1].hashes != rec))
                 free(rec);                               /* not taken over by the manifest */
             goto out;
         }
+    }
+    if (ckpt) {                                          /* the pack's link to its checkpoint */
+        char real[4096], link[4096];
+        if (!realpath(ckpt, real)) { e = k3_fail(&d, K3_ERR_IO, "cannot resolve '%s': %s", ckpt, strerror(errno)); goto out; }
+        if ((e = k3_path_join(link, sizeof link, out, K3_CHECKPOINT_LINK, &d))) goto out;
+        if (symlink(real, link) != 0) { e = k3_fail(&d, K3_ERR_IO, "cannot make '%s': %s", link, strerror(errno)); goto out; }
     }
     char *text;
     size_t tlen;
@@ -341,9 +494,12 @@ int main(int argc, char **argv)
     if (!e && k3_log_level() >= K3_LOG_NORMAL) {
         char hb[24];
         fprintf(stderr, "k3_mkpack_sparse: wrote '%s': %u shards, %s apparent (largest header %" PRIu64
-                " bytes), %zu distinct zero sizes hashed, %.1f s, peak RSS %" PRIu64 " MiB\n", out, plan.n_shards,
+                " bytes), %zu distinct zero sizes hashed, %.1f s, peak RSS %" PRIu64 " MiB\n", out, m.n_shards,
                 k3_human_bytes((double)apparent, hb, sizeof hb), max_hdr, zc.n, k3_now() - t0,
                 k3_peak_rss_bytes() >> 20);
+        if (ckpt)
+            fprintf(stderr, "k3_mkpack_sparse: the routed experts are read in place from '%s': %u files, %s apparent\n",
+                    ckpt, m.n_sources, k3_human_bytes((double)ck_bytes, hb, sizeof hb));
     }
 out:
     if (e) k3_error("%s", d.msg);
