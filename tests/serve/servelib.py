@@ -98,9 +98,26 @@ class Server:
         st, _, data = self.post("/v1/chat/completions", body, headers)
         return st, json.loads(data)
 
-    def stream(self, path, body, headers=None, timeout=120):
-        """A streamed request: (status, [event JSON documents], saw [DONE])."""
-        st, hd, data = self.post(path, dict(body, stream=True), headers, timeout)
+    def stream(self, path, body, headers=None, timeout=120, first=None):
+        """A streamed request: (status, [event JSON documents], saw [DONE]). first: a
+        threading.Event set once the first event with text (content or reasoning) arrived."""
+        if first is None:
+            st, hd, data = self.post(path, dict(body, stream=True), headers, timeout)
+        else:                                           # read the events as they come
+            c = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+            c.request("POST", path, body=json.dumps(dict(body, stream=True)).encode(),
+                      headers=dict({"Content-Type": "application/json"}, **(headers or {})))
+            r = c.getresponse()
+            st, chunks = r.status, []
+            while True:
+                line = r.readline()
+                if not line:
+                    break
+                chunks.append(line)
+                if line.startswith(b"data: {") and (b'"content":"' in line or b'"reasoning_content":"' in line):
+                    first.set()
+            data = b"".join(chunks)
+            c.close()
         if st != 200:
             return st, [json.loads(data)], False
         events, done = [], False

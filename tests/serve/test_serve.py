@@ -362,14 +362,14 @@ class ServeFaults(unittest.TestCase):
             res = [None] * 8
 
             def client(i):
-                st, hd, data = srv.post(CHAT, body, timeout=60)
+                st, hd, data = srv.post(CHAT, body, timeout=300)   # three answers in turn, under ASan too
                 res[i] = (st, hd.get("retry-after"), json.loads(data))
 
             ths = [threading.Thread(target=client, args=(i,)) for i in range(8)]
             for t in ths:
                 t.start()
             for t in ths:
-                t.join(90)
+                t.join(330)
             self.assertTrue(all(r is not None for r in res), res)
             ok = [r for r in res if r[0] == 200]
             busy = [r for r in res if r[0] == 503]
@@ -424,9 +424,11 @@ class ServeFaults(unittest.TestCase):
         chunk and [DONE], the waiting one gets 503, the process exits 0"""
         srv = Server(self.pack, ["-t", "1"])
         out = {}
+        first = threading.Event()
 
         def streamer():
-            out["a"] = srv.stream(CHAT, {"messages": msgs(("user", "hi")), "max_tokens": 3800}, timeout=60)
+            out["a"] = srv.stream(CHAT, {"messages": msgs(("user", "hi")), "max_tokens": 3800}, timeout=60,
+                                  first=first)
 
         def waiter():
             time.sleep(0.3)
@@ -436,7 +438,8 @@ class ServeFaults(unittest.TestCase):
         ta, tb = threading.Thread(target=streamer), threading.Thread(target=waiter)
         ta.start()
         tb.start()
-        time.sleep(0.8)
+        self.assertTrue(first.wait(60), "no text streamed within 60 s")   # the prompt is in, text flows
+        time.sleep(0.3)                                                   # the waiter is queued
         t0 = time.time()
         rc = srv.stop()
         ta.join(30)
