@@ -16,6 +16,9 @@
 
 enum { K3I_FFN_UNKNOWN = 0, K3I_FFN_DENSE = 1, K3I_FFN_MOE = 2 };
 
+/* A checkpoint file of an in-place pack (version 3): is it the one k3pack read? */
+enum { K3I_SRC_OK = 0, K3I_SRC_MISSING, K3I_SRC_SIZE, K3I_SRC_HEADER, K3I_SRC_UNREADABLE };
+
 typedef struct k3i_ctx {
     k3_st_ckpt ck;
     k3_config cfg;
@@ -31,6 +34,10 @@ typedef struct k3i_ctx {
     k3_manifest pack;
     k3_shard_header *shard_hdr;  /* [pack.n_shards] headers read from the shards */
     uint8_t *shard_ok;           /* [pack.n_shards] 1 = header read and valid */
+    /* version 3 (k3inspect_in_place.c): expert records in place in the checkpoint */
+    char *link_target;           /* where PACK/checkpoint points, or NULL */
+    uint8_t *src_state;          /* [pack.n_sources] K3I_SRC_* */
+    size_t *src_records;         /* [pack.n_sources] in-place records in each file */
 } k3i_ctx;
 
 /* Packs: detection, loading into x (ck, cfg text, headers), the pack-only views. */
@@ -39,6 +46,18 @@ k3_err k3i_open_pack(k3i_ctx *x, const char *dir, k3_diag *d);
 void k3i_close_pack(k3i_ctx *x);
 int k3i_pack_text(const k3i_ctx *x, FILE *f);      /* shard table and record layout */
 void k3i_pack_json(const k3i_ctx *x, FILE *f);     /* ,"pack":{...} inside a JSON view */
+/* A row of a pack's view (k3inspect_pack.c): name a+b+c from *pool (advanced). */
+void k3i_fill_tensor(k3_st_tensor *t, char **pool, const char *a, const char *b, const char *c, int enc,
+                     int ndim, const uint64_t *shape, uint64_t offset, uint64_t size, uint32_t file);
+void k3i_warn(k3_st_ckpt *c, const char *msg);       /* a warning, shown on stderr and in JSON */
+
+/* Version 3 (k3inspect_in_place.c): the checkpoint files after the shards as files of ck, with
+   their in-place records' parts as rows; their table and the expert layers, text and JSON
+   (fields inside "pack"). */
+k3_err k3i_add_sources(k3i_ctx *x, const char *dir, char **pool, k3_diag *d);
+void k3i_close_sources(k3i_ctx *x);
+void k3i_sources_text(const k3i_ctx *x, FILE *f);
+void k3i_sources_json(const k3i_ctx *x, FILE *f);
 
 /* Fill layer types and tensor kinds (after ck and cfg are set). 0 or -1 on ENOMEM. */
 int k3i_classify(k3i_ctx *x);

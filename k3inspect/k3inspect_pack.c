@@ -36,7 +36,7 @@ int k3i_is_pack(const char *path)
     return found;
 }
 
-static void warn(k3_st_ckpt *c, const char *msg)
+void k3i_warn(k3_st_ckpt *c, const char *msg)
 {
     char **w = realloc(c->warnings, (c->n_warnings + 1) * sizeof *w);
     if (!w) return;
@@ -44,8 +44,8 @@ static void warn(k3_st_ckpt *c, const char *msg)
     if ((w[c->n_warnings] = strdup(msg))) c->n_warnings++;
 }
 
-static void fill_tensor(k3_st_tensor *t, char **pool, const char *a, const char *b, const char *c, int enc,
-                        int ndim, const uint64_t *shape, uint64_t offset, uint64_t size, uint32_t file)
+void k3i_fill_tensor(k3_st_tensor *t, char **pool, const char *a, const char *b, const char *c, int enc,
+                     int ndim, const uint64_t *shape, uint64_t offset, uint64_t size, uint32_t file)
 {
     int n = sprintf(*pool, "%s%s%s", a, b, c);
     memset(t, 0, sizeof *t);
@@ -76,7 +76,7 @@ k3_err k3i_open_pack(k3i_ctx *x, const char *dir, k3_diag *d)
     x->shard_ok = calloc(m->n_shards + 1, 1);
     c->source = strdup(dir);
     c->dir = strdup(dir);
-    c->files = calloc(m->n_shards + 1, sizeof *c->files);
+    c->files = calloc(m->n_shards + m->n_sources + 1, sizeof *c->files);   /* [shards, checkpoint files] */
     size_t n = m->n_tensors, pool_len = 0, plen = strlen(m->name_prefix);
     for (uint32_t i = 0; i < m->n_tensors; i++) pool_len += plen + strlen(m->tensors[i].name) + 1;
     for (uint32_t l = 0; l < m->n_expert_layers; l++) {
@@ -114,13 +114,13 @@ k3_err k3i_open_pack(k3i_ctx *x, const char *dir, k3_diag *d)
             f->header_len = x->shard_hdr[s].data_offset - 8;    /* so that data_offset = header_len + 8 */
         }
         if (fd >= 0) close(fd);
-        if (!x->shard_ok[s]) warn(c, hd.msg);
+        if (!x->shard_ok[s]) k3i_warn(c, hd.msg);
         f->first_tensor = c->n_tensors;
         for (uint32_t i = 0; i < m->n_tensors; i++) {
             const k3_mf_tensor *t = &m->tensors[i];
             if (t->shard != s) continue;
-            fill_tensor(&c->tensors[c->n_tensors++], &pool, m->name_prefix, t->name, "", t->encoding, t->ndim,
-                        t->shape, t->offset, t->size, s);
+            k3i_fill_tensor(&c->tensors[c->n_tensors++], &pool, m->name_prefix, t->name, "", t->encoding, t->ndim,
+                            t->shape, t->offset, t->size, s);
         }
         for (uint32_t l = 0; l < m->n_expert_layers; l++) {
             const k3_mf_experts *xl = &m->expert_layers[l];
@@ -131,13 +131,15 @@ k3_err k3i_open_pack(k3i_ctx *x, const char *dir, k3_diag *d)
                          (unsigned long long)r);
                 for (uint32_t p = 0; p < xl->n_parts; p++) {
                     const k3_mf_part *pt = &xl->parts[p];
-                    fill_tensor(&c->tensors[c->n_tensors++], &pool, m->name_prefix, stem, pt->name, pt->encoding,
-                                pt->ndim, pt->shape, xl->offset + r * xl->stride + pt->offset, pt->size, s);
+                    k3i_fill_tensor(&c->tensors[c->n_tensors++], &pool, m->name_prefix, stem, pt->name,
+                                    pt->encoding, pt->ndim, pt->shape, xl->offset + r * xl->stride + pt->offset,
+                                    pt->size, s);
                 }
             }
         }
         f->n_tensors = c->n_tensors - f->first_tensor;
     }
+    if ((e = k3i_add_sources(x, dir, &pool, d))) return e;     /* version 3: records in place */
     for (size_t i = 0; i < c->n_tensors; i++) c->total_bytes += c->tensors[i].nbytes;
     return k3_st_index(c, d);
 }
@@ -148,17 +150,65 @@ void k3i_close_pack(k3i_ctx *x)
     for (uint32_t s = 0; x->shard_hdr && s < x->pack.n_shards; s++) k3_shard_header_free(&x->shard_hdr[s]);
     free(x->shard_hdr);
     free(x->shard_ok);
+    k3i_close_sources(x);
     k3_manifest_free(&x->pack);
 }
 
 /* ----------------------------------------------------------------- views */
 
+static void parts_text(const k3_mf_experts *xl, FILE *f)
+{
+    char name[256];
+    fprintf(f, "%-20s %-6s %-16s %12s %12s\n", "part", "enc", "shape", "offset", "bytes");
+    for (uint32_t p = 0; p < xl->n_parts; p++) {
+        const k3_mf_part *pt = &xl->parts[p];
+        char shape[K3_ST_SHAPE_STR];
+        k3_st_fmt_shape(pt->shape, (unsigned)pt->ndim, shape, sizeof shape);
+        fprintf(f, "%-20s %-6s %-16s %12llu %12llu\n", k3_escape(pt->name, strlen(pt->name), name, sizeof name),
+                k3_enc_name(pt->encoding), shape, (unsigned long long)pt->offset, (unsigned long long)pt->size);
+    }
+}
+
+/* Version 3: the record layout of the first layer in a shard and of the first in place, each
+   with the layers of its kind ("1, 4, 7" or "2-92"). */
+static void records_text_v3(const k3_manifest *m, FILE *f)
+{
+    for (int in_place = 0; in_place < 2; in_place++) {
+        const k3_mf_experts *first = NULL;
+        char layers[2048] = "";
+        size_t n = 0;
+        for (uint32_t i = 0; i < m->n_expert_layers; i++) {
+            const k3_mf_experts *xl = &m->expert_layers[i];
+            if (!xl->in_place != !in_place) continue;
+            int run = first && i && !m->expert_layers[i - 1].in_place == !in_place &&
+                      m->expert_layers[i - 1].layer + 1 == xl->layer;
+            int more = i + 1 < m->n_expert_layers && !m->expert_layers[i + 1].in_place == !in_place &&
+                       m->expert_layers[i + 1].layer == xl->layer + 1;
+            if (!first) first = xl;
+            if (n >= sizeof layers - 24) continue;
+            if (!run) n += (size_t)snprintf(layers + n, sizeof layers - n, "%s%u", n ? ", " : "", xl->layer);
+            else if (!more) n += (size_t)snprintf(layers + n, sizeof layers - n, "-%u", xl->layer);
+        }
+        if (!first) continue;
+        if (in_place)
+            fprintf(f, "\nExpert record in place in the checkpoint (layers %s): %llu bytes, stride in memory %llu, "
+                    "%llu records per layer\n", layers, (unsigned long long)first->record_size,
+                    (unsigned long long)first->stride, (unsigned long long)first->count);
+        else
+            fprintf(f, "\nExpert record in a shard (layers %s): %llu bytes, stride %llu, %llu records per layer\n",
+                    layers, (unsigned long long)first->record_size, (unsigned long long)first->stride,
+                    (unsigned long long)first->count);
+        parts_text(first, f);
+    }
+}
+
 int k3i_pack_text(const k3i_ctx *x, FILE *f)
 {
     const k3_manifest *m = &x->pack;
-    char name[256];                              /* names come from the manifest: escaped */
-    fprintf(f, "\nPack: format %d, %u shards, experts %s (%s), names without the prefix '%s'\n",
-            m->format_version, m->n_shards, m->experts_encoding ? k3_enc_name(m->experts_encoding) : "none",
+    char name[256], srcs[64] = "";               /* names come from the manifest: escaped */
+    if (m->n_sources) snprintf(srcs, sizeof srcs, ", %u checkpoint files read in place", m->n_sources);
+    fprintf(f, "\nPack: format %d, %u shards%s, experts %s (%s), names without the prefix '%s'\n",
+            m->format_version, m->n_shards, srcs, m->experts_encoding ? k3_enc_name(m->experts_encoding) : "none",
             m->experts_quantized ? "quantized by k3pack" : "as in the checkpoint",
             k3_escape(m->name_prefix, strlen(m->name_prefix), name, sizeof name));
     fprintf(f, "%-24s %-7s %5s %8s %8s %14s %16s  %-32s %s\n", "shard", "kind", "layer", "tensors", "records",
@@ -175,19 +225,14 @@ int k3i_pack_text(const k3i_ctx *x, FILE *f)
                 x->shard_ok[s] ? (unsigned long long)h->data_offset : 0ull, (unsigned long long)sh->size, hex,
                 x->shard_ok[s] ? "ok" : "DAMAGED");
     }
-    if (m->n_expert_layers) {
+    if (m->n_sources) {                          /* version 3: records in place */
+        k3i_sources_text(x, f);
+        records_text_v3(m, f);
+    } else if (m->n_expert_layers) {
         const k3_mf_experts *xl = &m->expert_layers[0];
         fprintf(f, "\nExpert record (every MoE layer): %llu bytes, stride %llu, %llu records per layer\n",
                 (unsigned long long)xl->record_size, (unsigned long long)xl->stride, (unsigned long long)xl->count);
-        fprintf(f, "%-20s %-6s %-16s %12s %12s\n", "part", "enc", "shape", "offset", "bytes");
-        for (uint32_t p = 0; p < xl->n_parts; p++) {
-            const k3_mf_part *pt = &xl->parts[p];
-            char shape[K3_ST_SHAPE_STR];
-            k3_st_fmt_shape(pt->shape, (unsigned)pt->ndim, shape, sizeof shape);
-            fprintf(f, "%-20s %-6s %-16s %12llu %12llu\n", k3_escape(pt->name, strlen(pt->name), name, sizeof name),
-                    k3_enc_name(pt->encoding), shape,
-                    (unsigned long long)pt->offset, (unsigned long long)pt->size);
-        }
+        parts_text(xl, f);
     }
     return ferror(f) ? -1 : 0;
 }
@@ -224,8 +269,10 @@ void k3i_pack_json(const k3i_ctx *x, FILE *f)
         return;
     }
     const k3_mf_experts *xl = &m->expert_layers[0];
-    fprintf(f, "{\"record_size\":%llu,\"stride\":%llu,\"count\":%llu,\"parts\":[", (unsigned long long)xl->record_size,
+    fprintf(f, "{\"record_size\":%llu,\"stride\":%llu,\"count\":%llu,", (unsigned long long)xl->record_size,
             (unsigned long long)xl->stride, (unsigned long long)xl->count);
+    if (m->n_sources) fprintf(f, "\"layer\":%u,\"in_place\":%s,", xl->layer, xl->in_place ? "true" : "false");
+    fputs("\"parts\":[", f);
     for (uint32_t p = 0; p < xl->n_parts; p++) {
         const k3_mf_part *pt = &xl->parts[p];
         fprintf(f, "%s{\"name\":", p ? "," : "");
@@ -234,5 +281,7 @@ void k3i_pack_json(const k3i_ctx *x, FILE *f)
         for (int i = 0; i < pt->ndim; i++) fprintf(f, "%s%llu", i ? "," : "", (unsigned long long)pt->shape[i]);
         fprintf(f, "],\"offset\":%llu,\"size\":%llu}", (unsigned long long)pt->offset, (unsigned long long)pt->size);
     }
-    fputs("]}}", f);
+    fputs("]}", f);
+    k3i_sources_json(x, f);                      /* version 3: checkpoint files, expert layers */
+    fputc('}', f);
 }

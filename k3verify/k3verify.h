@@ -51,8 +51,10 @@ typedef struct k3v_problem {
 } k3v_problem;
 
 typedef struct k3v_item {
-    const char *type;   /* "manifest", "shard", "file", "extra", "checkpoint", "config", "tensor" */
+    const char *type;   /* "manifest", "shard", "file", "link", "checkpoint_file", "extra"; with
+                           --checkpoint "checkpoint", "file", "config", "tensor" */
     char *name;         /* raw name (escaped when printed) */
+    char *target;       /* "link": where it points (raw), or NULL */
     const char *status; /* NULL = derived: "ok" without problems, else "failed"; or "skipped" */
     const char *note;   /* reason shown for a skipped item */
     const char *file_hash;  /* "ok", "mismatch" or NULL (not checked) */
@@ -87,7 +89,9 @@ typedef struct k3v_report {
     int quiet;              /* -q: no OK lines */
     int all_problems;       /* -v: no cap on problems per line */
     k3v_tally shards, files, tensors;
+    k3v_tally sources;      /* version 3: checkpoint files read in place */
     int manifest_failed;
+    int link_failed;        /* version 3: the checkpoint link is missing or broken */
     uint32_t unlisted, unfinished;
     uint32_t damaged;       /* items failed with at least one non-I/O problem */
     uint32_t io_failed;     /* items failed with I/O problems only */
@@ -121,9 +125,10 @@ typedef struct k3v_pack_opts {
     size_t buf_size;        /* read buffer per shard */
 } k3v_pack_opts;
 
-/* The pack summary: JSON record (--json) and the line on stderr. */
+/* The pack summary: JSON record (--json) and the line on stderr. n_sources, n_src_sel: the
+   checkpoint files of an in-place pack (version 3) and those hashed in the --subset. */
 void k3v_pack_summary(k3v_report *r, const k3v_pack_opts *o, uint32_t n_sel, uint32_t n_shards, uint32_t n_files,
-                      int have_m);
+                      uint32_t n_sources, uint32_t n_src_sel, int have_m);
 
 /* Verify the pack in dir; prints items and the summary; returns the exit code. */
 int k3v_verify_pack(const char *dir, const k3v_pack_opts *o, k3v_report *r);

@@ -19,8 +19,9 @@ static const k3_opt opts[] = {
     {OPT_QUICK, 0, "quick", NULL, NULL, NULL,
      "check the listing, sizes, shard headers and the manifest only; do not hash the data"},
     {OPT_SUBSET, 0, "subset", "N/T", NULL, NULL,
-     "hash only the shards whose manifest index i has i % T == N-1 (1 <= N <= T); the manifest, the listing "
-     "and the tokenizer files are always checked"},
+     "hash only the shards whose manifest index i has i % T == N-1 (1 <= N <= T), and the checkpoint files "
+     "(in-place packs) whose index j in checkpoint_files has j % T == N-1; the manifest, the listing, the "
+     "tokenizer files and the checkpoint files' sizes and headers are always checked"},
     {OPT_JSON, 0, "json", NULL, NULL, NULL, "write JSON Lines on stdout instead of check lines"},
     {OPT_THREADS, 't', "threads", "N", "1", "K3_THREADS", "verify N shards in parallel (output keeps manifest order)"},
     {OPT_CHECKPOINT, 0, "checkpoint", "DIR", NULL, NULL,
@@ -33,6 +34,9 @@ static const char purpose[] =
     "Check a k3 pack before a run and name what is damaged: the manifest, every shard's size, header and\n"
     "agreement with the manifest, then every shard read once (XXH3-128 of the file, XXH3-64 of every\n"
     "tensor and expert record, zero padding), the tokenizer files, and files the manifest does not list.\n"
+    "A pack whose expert records stay in the checkpoint (format 3, k3pack --experts-in-place) has its\n"
+    "'checkpoint' link and each checkpoint file it reads checked too: size, safetensors header, and\n"
+    "the XXH3-64 of every record read in place.\n"
     "With --checkpoint, check a downloaded safetensors checkpoint against its config.json instead.\n"
     "\n"
     "Output: one line per file on stdout, 'NAME: OK' or 'NAME: FAILED (reason; ...)', and a summary on\n"
@@ -47,7 +51,8 @@ static const char footer[] =
     "  k3verify --checkpoint /data/Kimi-K3       before k3pack: tensors, dtypes, shapes vs config.json\n"
     "\n"
     "Exit status 1 means something FAILED (damage found; it wins over 3); 3 means a file could not be\n"
-    "read and nothing was found damaged.\n";
+    "read and nothing was found damaged (also a missing checkpoint file or a broken 'checkpoint' link of an\n"
+    "in-place pack: fix it with ln -sfn DIR PACK/checkpoint).\n";
 
 static int parse_subset(const char *s, uint32_t *n, uint32_t *t)
 {

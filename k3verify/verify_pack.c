@@ -3,7 +3,7 @@
  * manifest: listing, sizes, shard headers and their agreement with the
  * manifest (verify_compare.c), then one sequential pread pass per shard
  * (k3_shard_hash) giving the file hash, every tensor and record hash and the
- * padding check.
+ * padding check. The checkpoint files of an in-place pack (version 3): verify_sources.c.
  * Output and exit codes: docs/k3verify.md.
  */
 #define _GNU_SOURCE
@@ -304,7 +304,7 @@ static int open_sized(pack_ctx *c, const char *name, uint64_t want, k3v_item *it
  * If not, what the read found says nothing about the file now: one I/O problem
  * replaces every other (exit 3: verify again), naming what happened.
  */
-static void check_unchanged(pack_ctx *c, const char *name, int fd, const struct stat *st0, k3v_item *it)
+void k3v_check_unchanged(pack_ctx *c, const char *name, int fd, const struct stat *st0, k3v_item *it)
 {
     struct stat now, cur;
     char path[4096];
@@ -347,7 +347,7 @@ static void check_shard(pack_ctx *c, uint32_t si, int listing_only, k3v_item *it
     else k3v_compare_header(c, si, &h, it);
     if (!c->o->quick && e != K3_ERR_IO) hash_shard(c, si, fd, e ? NULL : &h, s->size, it);
     if (!e) k3_shard_header_free(&h);
-    check_unchanged(c, s->name, fd, &st0, it);
+    k3v_check_unchanged(c, s->name, fd, &st0, it);
     posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
     close(fd);
 }
@@ -385,7 +385,7 @@ static void check_file(pack_ctx *c, const k3_mf_file *f, k3v_item *it)
         k3_hasher_free(hs);
         free(buf);
     }
-    check_unchanged(c, f->name, fd, &st0, it);
+    k3v_check_unchanged(c, f->name, fd, &st0, it);
     close(fd);
 }
 
@@ -417,6 +417,7 @@ static void index_manifest(pack_ctx *c)
     for (uint32_t s = 0; s < m->n_shards; s++) qsort(c->st[s], c->n_st[s], sizeof **c->st, cmp_tensor_offset);
     for (uint32_t i = 0; i < m->n_expert_layers; i++) {
         uint32_t s = m->expert_layers[i].shard;
+        if (m->expert_layers[i].in_place || s >= m->n_shards) continue;   /* in the checkpoint (version 3) */
         c->sx[s] = c->sx[s] == -1 ? (int32_t)i : -2;
     }
 }
@@ -424,9 +425,12 @@ static void index_manifest(pack_ctx *c)
 static int listed(const k3_manifest *m, const char *name)
 {
     if (!strcmp(name, K3_MANIFEST_NAME)) return 1;
+    if (m && m->n_sources && !strcmp(name, K3_CHECKPOINT_LINK)) return 1;   /* version 3 (FORMAT.md 10) */
     if (m && k3_manifest_shard_index(m, name) >= 0) return 1;
     for (uint32_t i = 0; m && i < m->n_files; i++)
         if (!strcmp(m->files[i].name, name)) return 1;
+    for (uint32_t i = 0; m && i < m->n_sources; i++)   /* the pack's experts-copied.safetensors */
+        if (m->sources[i].in_pack && !strcmp(m->sources[i].name, name)) return 1;
     return 0;
 }
 
@@ -512,7 +516,7 @@ int k3v_verify_pack(const char *dir, const k3v_pack_opts *o, k3v_report *r)
     k3v_report_item(r, &mi);
     k3v_item_free(&mi);
 
-    uint32_t n_sel = 0;
+    uint32_t n_sel = 0, n_src_sel = 0;
     if (have_m) {
         index_manifest(&c);
         uint8_t *sel = k3v_xalloc(c.m.n_shards + 1);   /* [n_shards] 1 = in the --subset: read it */
@@ -523,8 +527,10 @@ int k3v_verify_pack(const char *dir, const k3v_pack_opts *o, k3v_report *r)
                 c.total += c.m.shards[i].size;
             }
         for (uint32_t i = 0; i < c.m.n_files; i++) c.total += c.m.files[i].size;
+        for (uint32_t j = 0; j < c.m.n_sources; j++) c.total += k3v_source_bytes(&c, j);
         r->shards.total = c.m.n_shards;
         r->files.total = c.m.n_files;
+        r->sources.total = c.m.n_sources;
         if (!o->quick) k3_progress_start(&r->progress, "verifying", c.total);
 
         /* every shard in manifest order; outside the subset only the listing (the
@@ -557,10 +563,12 @@ int k3v_verify_pack(const char *dir, const k3v_pack_opts *o, k3v_report *r)
             k3v_report_item(r, &it);
             k3v_item_free(&it);
         }
+        if (c.m.n_sources) n_src_sel = k3v_check_sources(&c);   /* version 3: records in place */
         k3_progress_end(&r->progress);
     }
     check_extras(have_m ? &c.m : NULL, names, n_names, r);
-    k3v_pack_summary(r, o, n_sel, have_m ? c.m.n_shards : 0, have_m ? c.m.n_files : 0, have_m);
+    k3v_pack_summary(r, o, n_sel, have_m ? c.m.n_shards : 0, have_m ? c.m.n_files : 0, have_m ? c.m.n_sources : 0,
+                     n_src_sel, have_m);
 
     for (size_t i = 0; i < n_names; i++) free(names[i]);
     free(names);

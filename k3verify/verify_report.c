@@ -84,6 +84,7 @@ void k3v_item_free(k3v_item *it)
     }
     free(it->pr);
     free(it->name);
+    free(it->target);
     memset(it, 0, sizeof *it);
 }
 
@@ -153,6 +154,7 @@ static void print_json(k3v_report *r, const k3v_item *it, const char *status)
     fprintf(f, "{\"schema\":1,\"type\":\"%s\"", it->type);
     json_str(f, "name", it->name);
     json_str(f, "status", status);
+    if (it->target) json_str(f, "target", it->target);
     if (it->note) json_str(f, "note", it->note);
     if (it->file_hash) json_str(f, "file_hash", it->file_hash);
     if (it->bytes) json_u64(f, "bytes", it->bytes);
@@ -210,7 +212,8 @@ void k3v_report_item(k3v_report *r, const k3v_item *it)
 {
     const char *status = it->status ? it->status : k3v_failed(it) ? "failed" : "ok";
     k3v_tally *t = !strcmp(it->type, "shard") ? &r->shards : !strcmp(it->type, "file") ? &r->files
-                 : !strcmp(it->type, "tensor") ? &r->tensors : NULL;
+                 : !strcmp(it->type, "tensor") ? &r->tensors : !strcmp(it->type, "checkpoint_file") ? &r->sources
+                 : NULL;
     r->bytes += it->bytes;
     if (strcmp(status, "skipped")) {
         if (t) t->checked++;
@@ -220,6 +223,7 @@ void k3v_report_item(k3v_report *r, const k3v_item *it)
             if (io == it->n_pr) r->io_failed++;
             else r->damaged++;
             if (!strcmp(it->type, "manifest")) r->manifest_failed = 1;
+            if (!strcmp(it->type, "link")) r->link_failed = 1;
             if (!strcmp(it->type, "extra")) {
                 if (k3v_count(it, K3V_UNFINISHED)) r->unfinished++;
                 else r->unlisted++;
@@ -260,7 +264,7 @@ void k3v_json_end(k3v_report *r)
 }
 
 void k3v_pack_summary(k3v_report *r, const k3v_pack_opts *o, uint32_t n_sel, uint32_t n_shards, uint32_t n_files,
-                      int have_m)
+                      uint32_t n_sources, uint32_t n_src_sel, int have_m)
 {
     double secs = k3_now() - r->t_start;
     int code = k3v_exit_code(r);
@@ -281,6 +285,12 @@ void k3v_pack_summary(k3v_report *r, const k3v_pack_opts *o, uint32_t n_sel, uin
         snprintf(buf, sizeof buf, "{\"total\":%u,\"checked\":%u,\"failed\":%u}", n_files,
                  r->files.checked, r->files.failed);
         k3v_json_field_raw(r, "files", buf);
+        if (n_sources) {                        /* version 3: the checkpoint files read in place */
+            snprintf(buf, sizeof buf, "{\"total\":%u,\"checked\":%u,\"failed\":%u}", n_sources,
+                     r->sources.checked, r->sources.failed);
+            k3v_json_field_raw(r, "checkpoint_files", buf);
+            k3v_json_field_str(r, "checkpoint_link", r->link_failed ? "failed" : "ok");
+        }
         k3v_json_field_u64(r, "unlisted", r->unlisted);
         k3v_json_field_u64(r, "unfinished", r->unfinished);
         k3v_json_field_u64(r, "bytes", r->bytes);
@@ -288,9 +298,10 @@ void k3v_pack_summary(k3v_report *r, const k3v_pack_opts *o, uint32_t n_sel, uin
         k3v_json_field_raw(r, "seconds", buf);
         k3v_json_end(r);
     }
-    char notes[160] = "";
+    char notes[200] = "", srcs[64] = "";
+    if (n_sources) snprintf(srcs, sizeof srcs, " and %u of %u checkpoint files", n_src_sel, n_sources);
     if (o->subset_t)
-        snprintf(notes, sizeof notes, " (subset %s: %u of %u shards checked)", subset, n_sel, n_shards);
+        snprintf(notes, sizeof notes, " (subset %s: %u of %u shards%s checked)", subset, n_sel, n_shards, srcs);
     if (o->quick)
         snprintf(notes + strlen(notes), sizeof notes - strlen(notes), " (quick: sizes, headers and manifest only)");
     if (code == 0) {
@@ -298,8 +309,12 @@ void k3v_pack_summary(k3v_report *r, const k3v_pack_opts *o, uint32_t n_sel, uin
         char b[24], rate[24];
         k3_human_bytes((double)r->bytes, b, sizeof b);
         k3_human_bytes(secs > 0 ? (double)r->bytes / secs : 0, rate, sizeof rate);
-        fprintf(stderr, "%s: %u shards and %u files OK, %s read in %.1f s (%s/s)%s\n", k3_log_prog(),
-                r->shards.checked, r->files.checked, b, secs, rate, notes);
+        if (n_sources)
+            fprintf(stderr, "%s: %u shards, %u files and %u checkpoint files OK, %s read in %.1f s (%s/s)%s\n",
+                    k3_log_prog(), r->shards.checked, r->files.checked, r->sources.checked, b, secs, rate, notes);
+        else
+            fprintf(stderr, "%s: %u shards and %u files OK, %s read in %.1f s (%s/s)%s\n", k3_log_prog(),
+                    r->shards.checked, r->files.checked, b, secs, rate, notes);
         if (r->manifest_hash[0])
             fprintf(stderr, "%s: the pack's identity: manifest.json XXH3-128 %s (compare with the published value)\n",
                     k3_log_prog(), r->manifest_hash);
@@ -312,6 +327,9 @@ void k3v_pack_summary(k3v_report *r, const k3v_pack_opts *o, uint32_t n_sel, uin
     if (r->manifest_failed) ADD("%smanifest.json FAILED", len ? ", " : "");
     if (have_m) ADD("%s%u of %u shards FAILED", len ? ", " : "", r->shards.failed, r->shards.checked);
     if (r->files.failed) ADD("%s%u of %u files FAILED", len ? ", " : "", r->files.failed, r->files.checked);
+    if (r->link_failed) ADD("%sthe checkpoint link FAILED", len ? ", " : "");
+    if (r->sources.failed)
+        ADD("%s%u of %u checkpoint files FAILED", len ? ", " : "", r->sources.failed, r->sources.checked);
     if (r->unlisted) ADD("%s%u unlisted file%s", len ? ", " : "", r->unlisted, r->unlisted == 1 ? "" : "s");
     if (r->unfinished) ADD("%s%u leftover%s of an unfinished k3pack run", len ? ", " : "", r->unfinished,
                            r->unfinished == 1 ? "" : "s");

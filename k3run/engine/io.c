@@ -46,6 +46,7 @@ void k3io_run(k3io_job *j)
             break;
         }
         done += (uint64_t)r;
+        if (fd != j->fd && done >= j->lead + j->size) break;   /* short at the end of the file: enough */
     }
     if (!j->failed && fd == j->fd)           /* keep the page cache from growing past the budget */
         posix_fadvise(j->fd, (off_t)j->off, (off_t)j->size, POSIX_FADV_DONTNEED);

@@ -115,6 +115,11 @@ static k3_err open_sources(k3_weights *w, k3_diag *d)
         if (!(w->src_path[i] = strdup(path))) { e = k3_fail(d, K3_ERR_NOMEM, "out of memory"); break; }
         struct stat st;
         w->src_fd[i] = open(path, O_RDONLY | O_CLOEXEC);
+        if (w->src_fd[i] < 0 && f->in_pack) {
+            e = k3_fail(d, K3_ERR_IO, "cannot open '%s': %s (a file of the pack: the expert records k3pack "
+                        "copied; make the pack again)", path, strerror(errno));
+            break;
+        }
         if (w->src_fd[i] < 0) {
             e = k3_fail(d, K3_ERR_IO, "cannot open '%s': %s (the pack reads its experts in place from the "
                         "checkpoint k3pack read; if it moved, point the link at it: ln -sfn DIR '%s')", path,

@@ -6,6 +6,7 @@
 #     --threads 1 and 2; k3run's text equal to the normal pack's, resident and at the
 #     minimum budget (records read from the checkpoint through the cache), 1 and 2
 #     threads, greedy and sampled; the checkpoint moved: refused with the fix, which works;
+#     records changed while k3run runs: the next read of one stops it, naming the file (exit 1);
 #  2. a checkpoint whose experts are not adjacent (--expert-layout by-tensor): every layer
 #     copied, and the pack is the normal version-2 pack byte for byte;
 #  3. an archive is refused (exit 2); --dry-run says what stays in place;
@@ -70,6 +71,35 @@ ln -sfn "$T/ck-moved" "$T/ip/checkpoint"
 [ "$(ids "$T/ip" -t 2)" = "$(ids "$T/pk" -t 2)" ] || fail "after the link was fixed"
 mv "$T/ck-moved" "$T/ck"
 ln -sfn "$T/ck" "$T/ip/checkpoint"
+
+# the checkpoint changes while k3run reads it (at the minimum budget every token reads records):
+# the next read of a changed record stops the run, naming the file (exit 1)
+flip() {   # flip PACK: xor one byte of every in-place record of the first in-place layer
+    $PY - "$1" <<'EOF'
+import json, sys
+m = json.load(open(sys.argv[1] + "/manifest.json"))
+x = [x for x in m["expert_layers"] if "records" in x][0]
+for f, off in x["records"]:
+    src = m["checkpoint_files"][f]
+    path = sys.argv[1] + ("/" if src.get("in_pack") else "/checkpoint/") + src["name"]
+    with open(path, "r+b") as fh:
+        fh.seek(off + 100); b = fh.read(1); fh.seek(-1, 1); fh.write(bytes([b[0] ^ 0x10]))
+EOF
+}
+cp -r "$T/ck" "$T/ckmid" && cp -r "$T/ip" "$T/ipmid" && ln -sfn "$T/ckmid" "$T/ipmid/checkpoint"
+set +e
+"$K3_BIN/k3run" -m "$T/ipmid" -p "The quick brown fox" -n 3000 --temp 1 --seed 1 --budget "$min_ip" \
+    >"$T/mid.out" 2>"$T/mid.err" &
+pid=$!
+sleep 1
+flip "$T/ipmid"
+wait $pid
+rc=$?
+set -e
+[ "$rc" -eq 1 ] || { cat "$T/mid.err" >&2; fail "a record changed mid-run: exit $rc, expected 1"; }
+grep -q "changed since k3pack read it" "$T/mid.err" || { cat "$T/mid.err" >&2; fail "mid-run: no message"; }
+grep -q "model-0000.-of-\|experts-copied" "$T/mid.err" || { cat "$T/mid.err" >&2; fail "mid-run: the file is not named"; }
+rm -rf "$T/ckmid" "$T/ipmid"
 
 # ------------------------------------------------------------------ 2. experts not adjacent
 make_ckpt tiny "$T/ckT" --expert-layout by-tensor
