@@ -11,6 +11,9 @@
 
 Every configuration writes the same ids (checked here too). Usage:
   tests/bench/bench_spec.py [--pack PACK] [--bin build/bin] [-n 160] [--threads 2] [--repeat 3]
+                            [--budgets resident,streaming | --budgets 100,25] [--verify-only] [--max-k 8]
+--budgets: "resident" (no --budget), "streaming" (the planner's minimum + 1 MiB), or a percentage of
+the pack's bytes (100, 25: the issue's figures on medium). --verify-only: only table 2.
 Prints the tables docs/PERFORMANCE.md quotes, and one JSON line per measurement."""
 
 import argparse
@@ -76,14 +79,28 @@ def main():
     ap.add_argument("-n", type=int, default=160)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--budgets", default="resident,streaming")
+    ap.add_argument("--verify-only", action="store_true")
+    ap.add_argument("--max-k", type=int, default=8)
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="k3bench-spec-")
     pack = a.pack or os.path.join(work, "k3-kjv.k3pack")
     if not a.pack:
         subprocess.run([os.path.join(a.bin, "k3pack"), "-q", os.path.join(SRC, "tests", "models", "k3-kjv"), "-o",
                         pack], check=True)
-    budgets = {"resident": [], "streaming": ["--budget", str(minimum(a, pack) + (1 << 20))]}
+    budgets = {}
+    pack_bytes = sum(os.path.getsize(os.path.join(pack, f)) for f in os.listdir(pack)
+                     if os.path.isfile(os.path.join(pack, f)))
+    for b in a.budgets.split(","):
+        if b == "resident":
+            budgets[b] = []
+        elif b == "streaming":
+            budgets[b] = ["--budget", str(minimum(a, pack) + (1 << 20))]
+        else:
+            budgets[b + "%"] = ["--budget", str(pack_bytes * int(b) // 100)]
 
+    if a.verify_only:
+        return verify_table(a, pack, budgets)
     print("1. speculative decoding: s/token (tokens per pass), best of %d, %d tokens, %d threads" %
           (a.repeat, a.n, a.threads))
     print("%-10s %-9s %16s %16s %16s %8s %8s" % ("budget", "request", "--draft 0", "rule (8)", "full (8)",
@@ -100,14 +117,17 @@ def main():
             print(json.dumps({"bench": "spec", "budget": bname, "request": request, "plain_s_per_token": plain[0],
                               "rule_s_per_token": rule[0], "full_s_per_token": full[0],
                               "rule_tokens_per_pass": rule[1], "full_tokens_per_pass": full[1], "same": same}))
+    verify_table(a, pack, budgets)
 
+
+def verify_table(a, pack, budgets):
     print("\n2. the cost of a verify pass of 1 + K tokens (drafts always right), over a one-token pass")
     print("%-10s %3s %12s %10s %14s %10s" % ("budget", "K", "s/pass", "x K=0", "MiB read/pass", "x K=0"))
     for bname, budget in budgets.items():
         ids = measure(a, pack, "free", budget, 0)[4]
         oracle = "oracle:" + ",".join(map(str, ids))
         base = None
-        for K in range(0, 9):
+        for K in range(0, a.max_k + 1):
             r = measure(a, pack, "free", budget, K, env={"K3_DRAFT_TEST": oracle} if K else None)
             s_pass = r[0] * r[1]
             mib = r[3] / 1048576.0 / max(r[2], 1)
