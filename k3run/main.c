@@ -31,7 +31,7 @@ enum {
     OPT_MODEL = K3_OPT_USER, OPT_PROMPT, OPT_FILE, OPT_N, OPT_TEMP, OPT_TOPK, OPT_TOPP, OPT_MINP, OPT_REPEAT,
     OPT_SEED, OPT_THREADS, OPT_SPECIAL, OPT_STATS, OPT_JSON, OPT_TOKENIZE, OPT_DETOKENIZE, OPT_TOKENIZER,
     OPT_PROMPT_IDS, OPT_PRINT_IDS, OPT_NO_VERIFY_READS, OPT_VERIFY, OPT_CONTEXT, OPT_BATCH, OPT_DUMP, OPT_BUDGET,
-    OPT_PRESET, OPT_PERPLEXITY, OPT_CHUNKS, OPT_RENDER_CHAT, OPT_DRAFT
+    OPT_PRESET, OPT_PERPLEXITY, OPT_CHUNKS, OPT_RENDER_CHAT, OPT_DRAFT, OPT_SAVE_LOGITS, OPT_KL
 };
 
 static const k3_opt opts[] = {
@@ -73,6 +73,11 @@ static const k3_opt opts[] = {
     {OPT_PERPLEXITY, 0, "perplexity", "FILE", NULL, NULL,
      "score FILE instead of generating: PPL over chunks of --context tokens, second halves (llama-perplexity)"},
     {OPT_CHUNKS, 0, "chunks", "N", "all", NULL, "with --perplexity: score at most N chunks"},
+    {OPT_SAVE_LOGITS, 0, "save-logits", "FILE", NULL, NULL,
+     "with --perplexity: write the scored tokens' logits to FILE, the base of a later --kl-divergence"},
+    {OPT_KL, 0, "kl-divergence", "FILE", NULL, NULL,
+     "with --perplexity: KL divergence from the base FILE's distributions and top-token agreement "
+     "(llama-perplexity --kl-divergence)"},
     K3_OPTS_COMMON,
 };
 #define N_OPTS ((int)(sizeof opts / sizeof opts[0]))
@@ -95,6 +100,8 @@ static const char footer[] =
     "  k3run --tokenizer ~/models/Kimi-K3 --tokenize 'Hello world'\n"
     "  k3run --tokenizer ~/models/Kimi-K3 --render-chat request.json --json   # docs/k3run-chat-format.md\n"
     "  k3run -m ~/packs/k3 --perplexity heldout.txt --context 512      # PPL = X +/- Y\n"
+    "  k3run -m ~/packs/k3 --perplexity heldout.txt --save-logits base.logits\n"
+    "  k3run -m ~/packs/k3-q8 --perplexity heldout.txt --kl-divergence base.logits   # KL, same top token\n"
     "\n"
     "Interrupted by Ctrl-C, k3run prints the text so far and exits with 130.\n";
 
@@ -311,6 +318,8 @@ int main(int argc, char **argv)
     const char *ppl = k3_opt_str(&a, OPT_PERPLEXITY);
     if (ppl && n_src) return k3_usage_error("--perplexity scores its FILE: give no prompt (-p, -f, --prompt-ids)");
     if (!ppl && k3_opt_str(&a, OPT_CHUNKS)) return k3_usage_error("--chunks needs --perplexity FILE");
+    if (!ppl && (k3_opt_str(&a, OPT_SAVE_LOGITS) || k3_opt_str(&a, OPT_KL)))
+        return k3_usage_error("--save-logits and --kl-divergence need --perplexity FILE");
     int json = k3_opt_count(&a, OPT_JSON) > 0, stats = k3_opt_count(&a, OPT_STATS) > 0;
     int print_ids = k3_opt_count(&a, OPT_PRINT_IDS) > 0;
 
@@ -376,7 +385,8 @@ int main(int argc, char **argv)
     k3_run_opts ro = {.pack = pack, .have_tokenizer = have_tok, .prompt_ids = ids, .n_prompt_ids = n_ids,
                       .prompt_text = k3_opt_str(&a, OPT_PROMPT),
                       .prompt_file = ppl ? ppl : k3_opt_str(&a, OPT_FILE), .perplexity = ppl != NULL,
-                      .ppl_chunks = chunks,
+                      .ppl_chunks = chunks, .save_logits = k3_opt_str(&a, OPT_SAVE_LOGITS),
+                      .kl_base = k3_opt_str(&a, OPT_KL),
                       .prompt_source = psrc, .special = special, .n_predict = n_predict, .threads = threads,
                       .context = context, .batch = batch, .draft = draft, .sampler = so, .isa = isa, .budget = budget,
                       .verify = k3_opt_count(&a, OPT_VERIFY) > 0,

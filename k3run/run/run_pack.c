@@ -47,13 +47,22 @@ static k3_err score_perplexity(const k3_run_opts *o, k3_model *m, const k3_weigh
 {
     k3_ppl_result pr = {.running = calloc(k3_ppl_chunks(n, o->context, o->ppl_chunks), sizeof(double))};
     if (!pr.running) return k3_fail(d, K3_ERR_NOMEM, "out of memory");
+    k3_ppl_kl kl = {.save_name = o->save_logits, .base_name = o->kl_base};
+    k3_err e = K3_OK;
+    if (o->save_logits && !(kl.save = fopen(o->save_logits, "wb")))
+        e = k3_fail(d, K3_ERR_IO, "cannot create '%s': %s", o->save_logits, strerror(errno));
+    if (!e && o->kl_base && !(kl.base = fopen(o->kl_base, "rb")))
+        e = k3_fail(d, errno == ENOENT ? K3_ERR_USAGE : K3_ERR_IO, "cannot open '%s': %s", o->kl_base, strerror(errno));
     catch_sigint();
-    k3_err e = k3_perplexity(m, ids, n, o->context, o->ppl_chunks, isatty(2) && !o->json ? stderr : NULL,
-                             &g_stop, &pr, d);
+    if (!e)
+        e = k3_perplexity(m, ids, n, o->context, o->ppl_chunks, isatty(2) && !o->json ? stderr : NULL, &g_stop,
+                          o->save_logits || o->kl_base ? &kl : NULL, &pr, d);
+    if (kl.save && fclose(kl.save) != 0 && !e) e = k3_fail(d, K3_ERR_IO, "cannot write '%s'", o->save_logits);
+    if (kl.base) fclose(kl.base);
     if (!e) {
         k3_ppl_info info = {.tokens = n, .load_seconds = t_load, .bytes_read = k3w_bytes_read(w),
                             .budget = plan->budget, .isa = k3_isa_name(o->isa), .threads = o->threads};
-        k3_ppl_print(&pr, &info, o->json, stdout);
+        k3_ppl_print(&pr, &info, &kl, o->json, stdout);
         r->interrupted = pr.interrupted;
     }
     free(pr.running);

@@ -26,6 +26,8 @@ typedef struct k3_run_opts {
     const char *prompt_source;     /* for messages: "--prompt-ids", "-p", "-f 'FILE'" or "stdin" */
     int perplexity;                /* score prompt_file (perplexity.h) instead of generating */
     uint32_t ppl_chunks;           /* at most this many chunks (0: all) */
+    const char *save_logits;       /* --save-logits FILE: the scored rows' logits, a KL base (or NULL) */
+    const char *kl_base;           /* --kl-divergence FILE: compare with that base (or NULL) */
     int special;                   /* special-token text in the prompt becomes its id */
     uint32_t n_predict, threads, context, batch;
     uint32_t draft;                /* speculative decoding: drafted tokens per pass at most (0: off) */

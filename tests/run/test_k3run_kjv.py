@@ -12,7 +12,7 @@ import os
 import re
 import unittest
 
-from runlib import PY, SRC, TMP, compare_dumps, k3ref, k3run, kjv_pack, minimum_budget, run
+from runlib import BIN, PY, SRC, TMP, compare_dumps, k3ref, k3run, kjv_pack, minimum_budget, run
 
 CKPT = os.path.join(SRC, "tests", "models", "k3-kjv")
 TRAIN = os.path.join(SRC, "tests", "train")
@@ -83,6 +83,50 @@ class TestKjv(unittest.TestCase):
                 x = self.ppl(extra)
                 for key in ("ppl", "ppl_stderr", "running", "tokens_scored"):
                     self.assertEqual(x[key], c[key], "%s differs with %s" % (key, extra))
+
+    def test_kl_divergence(self):
+        """--save-logits / --kl-divergence against the 8-bit trunk (tests/reference/trunk_quant.py):
+        the mean KL, its 99th percentile, maximum and top-token agreement equal a NumPy computation
+        over the two runs' saved logits; a model compared with itself has KL 0 and agreement 1; a
+        base of another --chunks is refused (exit 2)"""
+        import numpy as np
+        q8 = os.path.join(self.work, "kjv-q8")
+        if not os.path.exists(os.path.join(q8, "manifest.json")):
+            run([PY, os.path.join(SRC, "tests", "reference", "trunk_quant.py"), "--checkpoint", CKPT,
+                 "--out", q8 + "-ckpt", "--bits", "8"])
+            run([os.path.join(BIN, "k3pack"), "-q", "--force", q8 + "-ckpt", "-o", q8])
+        base, other = os.path.join(self.work, "base.logits"), os.path.join(self.work, "q8.logits")
+        self.ppl(["--save-logits", base])
+        same = self.ppl(["--kl-divergence", base])
+        self.assertEqual((same["kl_mean"], same["kl_max"], same["top1_agreement"]), (0.0, 0.0, 1.0))
+        p = k3run(["-m", q8, "--perplexity", os.path.join(self.data, "kjv-heldout.txt"), "--context",
+                   str(PPL_CONTEXT), "--chunks", str(PPL_CHUNKS), "--json", "--kl-divergence", base,
+                   "--save-logits", other])
+        got = json.loads(p.stdout)
+
+        def rows(path):
+            raw = open(path, "rb").read()
+            v = np.frombuffer(raw[8:12], np.uint32)[0]
+            return np.frombuffer(raw[32:], np.float32).reshape(-1, v).astype(np.float64)
+        b, q = rows(base), rows(other)
+        lb = b - b.max(1, keepdims=True)
+        lb -= np.log(np.exp(lb).sum(1, keepdims=True))
+        lq = q - q.max(1, keepdims=True)
+        lq -= np.log(np.exp(lq).sum(1, keepdims=True))
+        kl = np.maximum((np.exp(lb) * (lb - lq)).sum(1), 0)
+        top1 = float((b.argmax(1) == q.argmax(1)).mean())
+        self.assertEqual(got["kl_tokens"], len(kl))
+        self.assertLessEqual(abs(got["kl_mean"] / kl.mean() - 1), 1e-9)
+        self.assertLessEqual(abs(got["kl_max"] / kl.max() - 1), 1e-9)
+        self.assertLessEqual(abs(got["kl_p99"] / np.sort(kl)[int(np.ceil(0.99 * len(kl))) - 1] - 1), 1e-9)
+        self.assertEqual(got["top1_agreement"], top1)
+        self.assertGreater(kl.mean(), 0)
+        print("q8 trunk against exact (%d tokens): KL %.6f nats, same top token %.2f %%, PPL %.4f" % (
+            len(kl), kl.mean(), 100 * top1, got["ppl"]))
+        p = k3run(["-m", self.pack, "--perplexity", os.path.join(self.data, "kjv-heldout.txt"), "--context",
+                   str(PPL_CONTEXT), "--chunks", str(PPL_CHUNKS - 1), "--kl-divergence", base], check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn(b"--chunks", p.stderr)
 
     def test_perplexity_errors(self):
         """a file shorter than two contexts, a bad --chunks: exit 2 with the reason"""
