@@ -501,6 +501,8 @@ static k3_err read_sources(jctx *c, json_t *root, k3_manifest *m)
         v = json_object_get(o, "in_pack");
         if (v && !json_is_true(v)) return JBAD(c, "%s.in_pack: expected true, or no such key", where);
         f->in_pack = v != NULL;
+        if (f->in_pack && i + 1 != m->n_sources)            /* FORMAT.md 10: one, after the checkpoint's */
+            return JBAD(c, "%s.in_pack: only the last file may be the pack's own", where);
     }
     return K3_OK;
 }

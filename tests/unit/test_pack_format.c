@@ -245,6 +245,56 @@ static void parse_bad(const char *t, size_t len, k3_err want, const char *substr
 }
 
 /* good_manifest with from replaced by to, sealed: it reaches every rule after the checksum */
+/* Version 3 (FORMAT.md 10): good_manifest's expert layer read in place from the checkpoint files
+   `files` (JSON array text) at `records` ([[file, offset], [file, offset]]). */
+static void in_place_case(const char *files, const char *records, k3_err want, const char *substr)
+{
+    char cf[1024], lay[512];
+    snprintf(cf, sizeof cf, "\"checkpoint_files\":%s,\"shards\":[", files);
+    snprintf(lay, sizeof lay, "{\"layer\":1,\"source\":\"checkpoint\",\"records\":%s,\"count\":2,", records);
+    char *a = replace(good_manifest, "\"format_version\":2", "\"format_version\":3");
+    char *b = replace(a, "\"shards\":[", cf);
+    char *u = replace(b, "{\"layer\":1,\"shard\":\"experts-layer-001.k3s\",\"count\":2,\"offset\":4096,\"stride\":4096,", lay);
+    char *t = seal_json(u);
+    free(a);
+    free(b);
+    free(u);
+    k3_manifest m;
+    k3_diag d = {0};
+    k3_err e = k3_manifest_parse(t, strlen(t), "p/manifest.json", &m, &d);
+    CHECK_MSG(e == want, "in place %s %s: expected %d, got %d (%s)", files, records, want, e, d.msg);
+    CHECK_MSG(e == K3_OK || strstr(d.msg, substr), "message '%s' lacks '%s'", d.msg, substr);
+    if (e == K3_OK) {
+        const k3_mf_experts *x = &m.expert_layers[0];
+        CHECK(x->in_place && x->shard == UINT32_MAX && x->rec_off[1] == 200 && x->rec_file[0] == 0);
+        CHECK(x->stride == k3_in_place_stride(80) && x->stride == 8192 && m.n_sources >= 1);
+        k3_manifest_free(&m);
+    }
+    free(t);
+}
+
+static void in_place_cases(void)
+{
+    static const char one[] = "[{\"name\":\"model-1.safetensors\",\"size\":1000,\"header_size\":64,"
+                              "\"header_xxh3_128\":\"0123456789abcdef0123456789abcdef\"}]";
+    in_place_case(one, "[[0,100],[0,200]]", K3_OK, "");
+    in_place_case(one, "[[0,100],[0,950]]", K3_ERR_FORMAT, "not inside the data of 'model-1.safetensors'");
+    in_place_case(one, "[[0,10],[0,200]]", K3_ERR_FORMAT, "not inside the data");
+    in_place_case(one, "[[1,100],[0,200]]", K3_ERR_FORMAT, "expected [file index, offset]");
+    in_place_case(one, "[[0,100]]", K3_ERR_FORMAT, "expected 2 [file, offset] pairs");
+    in_place_case("[{\"name\":\"../x.safetensors\",\"size\":1000,\"header_size\":64,"
+                  "\"header_xxh3_128\":\"0123456789abcdef0123456789abcdef\"}]",
+                  "[[0,100],[0,200]]", K3_ERR_FORMAT, "not a plain file name");
+    in_place_case("[{\"name\":\"a.safetensors\",\"size\":1000,\"header_size\":64,\"in_pack\":true,"
+                  "\"header_xxh3_128\":\"0123456789abcdef0123456789abcdef\"},"
+                  "{\"name\":\"b.safetensors\",\"size\":1000,\"header_size\":64,"
+                  "\"header_xxh3_128\":\"0123456789abcdef0123456789abcdef\"}]",
+                  "[[0,100],[1,200]]", K3_ERR_FORMAT, "only the last file may be the pack's own");
+    in_place_case("[{\"name\":\"m.safetensors\",\"size\":1000,\"header_size\":2000,"
+                  "\"header_xxh3_128\":\"0123456789abcdef0123456789abcdef\"}]",
+                  "[[0,100],[0,200]]", K3_ERR_FORMAT, "not a safetensors header inside the file");
+}
+
 static void manifest_bad(const char *from, const char *to, k3_err want, const char *substr)
 {
     char *u = replace(good_manifest, from, to);
@@ -291,10 +341,14 @@ static void test_manifest(void)
     k3_manifest_free(&m2);
     k3_manifest_free(&m);
 
-    manifest_bad("\"format_version\":2", "\"format_version\":3", K3_ERR_UNSUPPORTED,
-                 "pack format version 3 is newer than this k3 (2); upgrade k3");
+    manifest_bad("\"format_version\":2", "\"format_version\":3", K3_OK, "");   /* 3 reads 2's manifests */
+    manifest_bad("\"format_version\":2", "\"format_version\":4", K3_ERR_UNSUPPORTED,
+                 "pack format version 4 is newer than this k3 (3); upgrade k3");
     manifest_bad("\"format_version\":2", "\"format_version\":1", K3_ERR_UNSUPPORTED,
-                 "pack format version 1 is older than this k3 (2); re-run k3pack");
+                 "pack format version 1 is older than this k3 (3); re-run k3pack");
+    manifest_bad("\"shards\":[", "\"checkpoint_files\":[],\"shards\":[", K3_ERR_FORMAT,
+                 "'checkpoint_files' needs format version 3");
+    in_place_cases();
     manifest_bad("\"format_version\":2", "\"format_version\":0", K3_ERR_UNSUPPORTED, "version 0");
     manifest_bad("\"format\":\"k3-pack\"", "\"format\":\"other\"", K3_ERR_FORMAT, "not a k3 pack");
     manifest_bad("\"byte_order\":\"little\"", "\"byte_order\":\"big\"", K3_ERR_FORMAT, "byte_order");
