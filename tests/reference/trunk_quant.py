@@ -38,7 +38,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from safetensors_io import ModelDir, write_safetensors, f32_to_bf16, bf16_to_f32  # noqa: E402
 
-EXACT = re.compile(r"(embed_tokens|norm|gate\.weight$|bias|A_log|conv1d|f_a_proj|f_b_proj|b_proj|kv_b_proj|"
+EXACT = re.compile(r"(embed_tokens|norm|gate\.weight$|bias|A_log|conv1d|f_a_proj|f_b_proj|\.b_proj\.|kv_b_proj|"
                    r"_res_proj|\.experts\.)")
 
 
