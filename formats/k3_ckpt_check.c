@@ -14,13 +14,13 @@
 static const struct { int dt, enc; } dt_enc[] = {
     {K3_DT_BF16, K3_ENC_BF16}, {K3_DT_F16, K3_ENC_F16}, {K3_DT_F32, K3_ENC_F32}, {K3_DT_F64, K3_ENC_F64},
     {K3_DT_U8, K3_ENC_U8},     {K3_DT_I8, K3_ENC_I8},   {K3_DT_I16, K3_ENC_I16}, {K3_DT_I32, K3_ENC_I32},
-    {K3_DT_I64, K3_ENC_I64},   {K3_DT_F4, K3_ENC_MXFP4}, {K3_DT_F8_E8M0, K3_ENC_E8M0},
+    {K3_DT_I64, K3_ENC_I64},   {K3_DT_F4, K3_ENC_MXFP4}, {K3_DT_F8_E8M0, K3_ENC_E8M0}, {K3_DT_I8, K3_ENC_Q8},
 };
 
 int k3_enc_from_dtype(int dtype)
 {
     /* F4 / F8_E8M0 checkpoint tensors are not stored as MXFP4 records: copies only */
-    for (size_t i = 0; i < sizeof dt_enc / sizeof dt_enc[0] - 2; i++)
+    for (size_t i = 0; i < sizeof dt_enc / sizeof dt_enc[0] - 3; i++)
         if (dt_enc[i].dt == dtype) return dt_enc[i].enc;
     return 0;
 }
@@ -63,6 +63,17 @@ int k3_pack_parts(const k3_xtensor *x, const char *name, int expert, int quantiz
     }
     out[0].enc = k3_enc_from_dtype(x->dtype);
     return out[0].enc ? 1 : 0;
+}
+
+int k3_trunk_q8_eligible(const char *name, int dtype, int rank, const uint64_t *shape)
+{
+    static const char *const exact[] = {"embed_tokens", "norm", "bias", "A_log", "conv1d", "f_a_proj", "f_b_proj",
+                                        ".b_proj.", "kv_b_proj", "_res_proj", ".experts."};
+    if (dtype != K3_DT_BF16 || rank != 2 || shape[0] < 2 || shape[1] % 32 || k3_is_vision_tensor(name)) return 0;
+    for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++)
+        if (strstr(name, exact[i])) return 0;
+    size_t n = strlen(name), k = strlen("gate.weight");
+    return !(n >= k && !strcmp(name + n - k, "gate.weight"));    /* the router */
 }
 
 int k3_is_vision_tensor(const char *name)

@@ -61,6 +61,16 @@ typedef struct k3_pack_part {
  */
 int k3_pack_parts(const k3_xtensor *x, const char *name, int expert, int quantize, k3_pack_part out[2]);
 
+/*
+ * 1 if a compact trunk (k3pack --trunk q8, FORMAT.md 3) stores this checkpoint tensor as Q8: a
+ * 2-D BF16 matrix of more than one row and a multiple of 32 columns that a token multiplies,
+ * i.e. not the embedding, a norm, a bias, the router (gate.weight), the KDA decay and beta gates
+ * (f_a_proj, f_b_proj, b_proj), A_log, a convolution, kv_b_proj (absorbed per head), the
+ * Attention-Residual projections, a routed expert. tests/reference/trunk_quant.py has the same
+ * list (its quantizable()).
+ */
+int k3_trunk_q8_eligible(const char *name, int dtype, int rank, const uint64_t *shape);
+
 /* 1 if name (full checkpoint name) belongs to the vision tower. */
 int k3_is_vision_tensor(const char *name);
 

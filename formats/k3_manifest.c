@@ -54,6 +54,13 @@ k3_err k3_manifest_dump(const k3_manifest *m, char **text, size_t *len, k3_diag 
     json_object_set_new(ex, "layout", json_string("w1,w3,w2;packed,scale"));
     json_object_set_new(ex, "quantization", m->quant_rule ? json_string(m->quant_rule) : json_null());
     json_object_set_new(root, "experts", ex);
+    if (m->trunk_q8) {                            /* version 3: the compact trunk (FORMAT.md 3) */
+        json_t *tr = json_object();
+        json_object_set_new(tr, "encoding", json_string("Q8"));
+        json_object_set_new(tr, "block", json_integer(32));
+        json_object_set_new(tr, "rule", json_string(K3_Q8_RULE));
+        json_object_set_new(root, "trunk", tr);
+    }
 
     json_t *files = json_array();
     for (uint32_t i = 0; i < m->n_files; i++) {
@@ -603,6 +610,17 @@ k3_err k3_manifest_parse(const char *text, size_t len, const char *path, k3_mani
     if (!json_is_string(v) || strcmp(json_string_value(v), "w1,w3,w2;packed,scale")) {
         e = JBAD(&c, "experts.layout: unknown record layout");
         goto out;
+    }
+    json_t *tr = json_object_get(root, "trunk");
+    if (tr) {
+        json_t *te = json_object_get(tr, "encoding"), *tb = json_object_get(tr, "block"), *tu = json_object_get(tr, "rule");
+        if (m->format_version < 3 || !json_is_string(te) || strcmp(json_string_value(te), "Q8") || !json_is_integer(tb) ||
+            json_integer_value(tb) != 32 || !json_is_string(tu) || strcmp(json_string_value(tu), K3_Q8_RULE)) {
+            e = JBAD(&c, "'trunk': expected {\"encoding\": \"Q8\", \"block\": 32, \"rule\": \"%s\"} in format version 3",
+                     K3_Q8_RULE);
+            goto out;
+        }
+        m->trunk_q8 = 1;
     }
     v = json_object_get(ex, "quantization");
     if (json_is_string(v) && !(m->quant_rule = strdup(json_string_value(v)))) {

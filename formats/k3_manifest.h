@@ -88,7 +88,8 @@ typedef struct k3_mf_source {
     int in_pack;            /* 1: a file of the pack itself (records k3pack copied), not of the checkpoint */
 } k3_mf_source;
 
-#define K3_CHECKPOINT_LINK "checkpoint"   /* in an in-place pack: the link to the checkpoint directory */
+#define K3_CHECKPOINT_LINK "checkpoint"
+#define K3_Q8_RULE "pow2-rne-127"             /* the compact trunk's rule (FORMAT.md 3) */   /* in an in-place pack: the link to the checkpoint directory */
 
 /* Memory one in-place record takes in a slot or the resident table: it is read with aligned
    reads that cover it, so it may start anywhere in its first 4 KiB. */
@@ -110,6 +111,7 @@ typedef struct k3_manifest {
     int experts_encoding;           /* K3_ENC_MXFP4 or K3_ENC_BF16; 0 = no experts */
     int experts_quantized;          /* 1 = quantized from BF16 by k3pack */
     char *quant_rule;               /* NULL or "ocp-floor-rne-sat" */
+    int trunk_q8;                   /* version 3: a compact trunk (FORMAT.md 3, Q8): "trunk" in the JSON */
     uint32_t n_files, n_shards, n_tensors, n_expert_layers, n_skipped, n_sources;
     k3_mf_file *files;
     k3_mf_source *sources;          /* [n_sources] version 3: checkpoint files read in place */

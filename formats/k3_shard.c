@@ -15,7 +15,7 @@ static const struct { const char *name; int bits; } enc_table[K3_ENC__END] = {
     [K3_ENC_BF16] = {"BF16", 16}, [K3_ENC_F16] = {"F16", 16}, [K3_ENC_F32] = {"F32", 32},
     [K3_ENC_F64] = {"F64", 64},   [K3_ENC_U8] = {"U8", 8},    [K3_ENC_I8] = {"I8", 8},
     [K3_ENC_I16] = {"I16", 16},   [K3_ENC_I32] = {"I32", 32}, [K3_ENC_I64] = {"I64", 64},
-    [K3_ENC_MXFP4] = {"MXFP4", 4}, [K3_ENC_E8M0] = {"E8M0", 8},
+    [K3_ENC_MXFP4] = {"MXFP4", 4}, [K3_ENC_E8M0] = {"E8M0", 8}, [K3_ENC_Q8] = {"Q8", 8},
 };
 
 const char *k3_enc_name(int enc)

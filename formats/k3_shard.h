@@ -40,7 +40,10 @@ enum k3_shard_kind { K3_SHARD_TRUNK = 1, K3_SHARD_EXPERTS = 2 };
 /* Encodings (section 3). Codes are part of the format: never renumber. */
 enum k3_enc {
     K3_ENC_BF16 = 1, K3_ENC_F16, K3_ENC_F32, K3_ENC_F64, K3_ENC_U8, K3_ENC_I8,
-    K3_ENC_I16, K3_ENC_I32, K3_ENC_I64, K3_ENC_MXFP4, K3_ENC_E8M0, K3_ENC__END
+    K3_ENC_I16, K3_ENC_I32, K3_ENC_I64, K3_ENC_MXFP4, K3_ENC_E8M0,
+    K3_ENC_Q8,          /* version 3: int8 codes of a compact trunk matrix, scaled by its sibling
+                           NAME_scale (E8M0 [rows, cols/32]): value = q * 2^(s - 127) */
+    K3_ENC__END
 };
 
 const char *k3_enc_name(int enc);          /* NULL for unknown codes */

@@ -20,12 +20,16 @@
 #include "k3_sys.h"
 #include "pack.h"
 
-enum { O_OUT = K3_OPT_USER, O_EXPERTS, O_IN_PLACE, O_DRY, O_JSON, O_THREADS, O_FORCE };
+enum { O_OUT = K3_OPT_USER, O_EXPERTS, O_TRUNK, O_IN_PLACE, O_DRY, O_JSON, O_THREADS, O_FORCE };
 
 static const k3_opt opts[] = {
     {O_OUT, 'o', "output", "PACK", NULL, NULL, "output directory (created if missing)"},
     {O_EXPERTS, 0, "experts", "MODE", "auto", NULL,
      "auto: keep the checkpoint's experts; mxfp4: quantize BF16 experts to MXFP4 (OCP rule); bf16: keep BF16 experts"},
+    {O_TRUNK, 0, "trunk", "MODE", "exact", NULL,
+     "exact: the trunk as the checkpoint has it (BF16); q8: its large matrices as 8-bit codes with a "
+     "power-of-two scale per 32 (format 3; INEXACT: half the trunk's bytes, the measured cost is in "
+     "docs/PERFORMANCE.md)"},
     {O_IN_PLACE, 0, "experts-in-place", NULL, NULL, NULL,
      "leave the routed experts in the checkpoint's files: the pack holds the trunk and locates each expert "
      "record there (format 3; a directory source only; the checkpoint must stay)"},
@@ -110,6 +114,9 @@ int main(int argc, char **argv)
     }
     int json = k3_opt_count(&a, O_JSON) > 0, dry = k3_opt_count(&a, O_DRY) > 0;
     int in_place = k3_opt_count(&a, O_IN_PLACE) > 0;
+    const char *trunk_s = k3_opt_str(&a, O_TRUNK);
+    int trunk_q8 = trunk_s && !strcmp(trunk_s, "q8");
+    if (trunk_s && !trunk_q8 && strcmp(trunk_s, "exact")) return k3_usage_error("'--trunk' takes exact or q8");
     const char *out = k3_opt_str(&a, O_OUT), *mode_s = k3_opt_str(&a, O_EXPERTS);
     if (a.n_pos != 1) return k3_usage_error("%s", a.n_pos ? "exactly one SRC expected" : "missing SRC");
     if (!out && !dry) return k3_usage_error("missing '-o PACK'");
@@ -183,7 +190,7 @@ int main(int argc, char **argv)
     memset(&match, 0, sizeof match);
     pk_input *inputs = NULL;      /* [n_inputs] what the resume fingerprint covers */
     size_t n_inputs = 0;
-    if ((e = pk_plan_build(&plan, config, config_len, mode, &d))) {
+    if ((e = pk_plan_build(&plan, config, config_len, mode, trunk_q8, &d))) {
         rc = fail(e, &d, json);
         goto out_src;
     }
@@ -307,6 +314,9 @@ int main(int argc, char **argv)
             if (plan.quantize)
                 printf(",\"quantization\":{\"rule\":\"ocp-floor-rne-sat\",\"elements\":%" PRIu64
                        ",\"relative_rmse\":%.6g,\"saturated\":%" PRIu64 "}", w.qstats.n, rel, w.qstats.saturated);
+            if (plan.trunk_q8)
+                printf(",\"trunk\":{\"encoding\":\"Q8\",\"rule\":\"%s\",\"elements\":%" PRIu64 ",\"relative_rmse\":%.6g}",
+                       K3_Q8_RULE, w.q8stats.n, w.q8stats.ref2 > 0 ? sqrt(w.q8stats.err2 / w.q8stats.ref2) : 0.0);
             printf("}\n");
         } else if (k3_log_level() >= K3_LOG_NORMAL) {
             char hb[24], hr[24];
@@ -323,6 +333,10 @@ int main(int argc, char **argv)
             if (plan.quantize)
                 fprintf(stderr, "k3pack: quantized %" PRIu64 " expert weights to MXFP4: relative RMS error %.4f, "
                         "%" PRIu64 " saturated\n", w.qstats.n, rel, w.qstats.saturated);
+            if (plan.trunk_q8)
+                fprintf(stderr, "k3pack: the trunk is compact (INEXACT): %" PRIu64 " weights as Q8, relative RMS error "
+                        "%.4f; its cost in quality is measured in docs/PERFORMANCE.md\n", w.q8stats.n,
+                        w.q8stats.ref2 > 0 ? sqrt(w.q8stats.err2 / w.q8stats.ref2) : 0.0);
         }
     }
 out_writer:

@@ -27,7 +27,7 @@
 /* ------------------------------------------------------------------- plan */
 
 typedef enum { PK_EXPERTS_AUTO, PK_EXPERTS_MXFP4, PK_EXPERTS_BF16 } pk_expert_mode;
-typedef enum { PK_COPY, PK_QUANT } pk_op;
+typedef enum { PK_COPY, PK_QUANT, PK_QUANT8 } pk_op;   /* PK_QUANT8: a BF16 trunk matrix to Q8 + scales */
 
 /* One checkpoint tensor and where it goes. */
 typedef struct pk_item {
@@ -78,6 +78,7 @@ typedef struct pk_plan {
     size_t config_len;
     pk_expert_mode experts;   /* resolved: MXFP4 or BF16 */
     int quantize;             /* BF16 checkpoint experts quantized to MXFP4 */
+    int trunk_q8;             /* --trunk q8: the eligible trunk matrices as Q8 (k3_trunk_q8_eligible) */
     pk_shard *shards;         /* [n_shards] in forward order */
     uint32_t n_shards;
     pk_item *items;           /* [n_items] shard by shard, in output order */
@@ -100,7 +101,7 @@ typedef struct pk_plan {
 /* Build the plan from config.json text. MXFP4 checkpoint experts are always
    kept bit-exact; BF16 ones are kept, or quantized with PK_EXPERTS_MXFP4. */
 k3_err pk_plan_build(pk_plan *p, const char *config_text, size_t config_len, pk_expert_mode mode,
-                     k3_diag *d);
+                     int trunk_q8, k3_diag *d);
 void pk_plan_free(pk_plan *p);
 /* Find the item of a checkpoint tensor (binary search); NULL if not planned. */
 pk_item *pk_plan_find(const pk_plan *p, const char *src_name);
@@ -125,7 +126,8 @@ typedef struct pk_writer {
     uint8_t *resumed;           /* [n_shards] 1 = taken over from an earlier run */
     size_t *remaining;          /* [n_shards] items still to write */
     k3_shard_hashes *hashes;    /* [n_shards] what the manifest records */
-    k3_quant_stats qstats;
+    k3_quant_stats qstats;      /* experts quantized to MXFP4 */
+    k3_quant_stats q8stats;     /* trunk matrices quantized to Q8 (--trunk q8) */
     uint64_t bytes_done;        /* checkpoint bytes consumed, for progress */
     uint32_t shards_done;       /* finished or resumed shards, for progress */
     k3_progress prog;
@@ -142,7 +144,7 @@ typedef struct pk_feed {
     uint64_t got;               /* bytes received */
     uint8_t *row;               /* PK_QUANT: [cols * 2] one BF16 row being assembled */
     size_t row_fill;
-    uint8_t *packed;            /* PK_QUANT: [cols / 2] */
+    uint8_t *packed;            /* PK_QUANT: [cols / 2]; PK_QUANT8: [cols] int8 codes */
     uint8_t *scales;            /* PK_QUANT: [rows * cols / 32] kept until the end */
     uint64_t r;                 /* PK_QUANT: rows done */
 } pk_feed;

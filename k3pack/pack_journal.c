@@ -424,7 +424,8 @@ k3_err pk_finish_pack(pk_writer *w, const char *const *tok_names, char *const *t
     memset(&m, 0, sizeof m);
     k3_err e = K3_OK;
     json_error_t je;
-    m.format_version = p->n_in_place ? 3 : K3_PACK_VERSION;       /* FORMAT.md 6: 3 only when needed */
+    m.format_version = p->n_in_place || p->trunk_q8 ? 3 : K3_PACK_VERSION;   /* FORMAT.md 6: 3 only when needed */
+    m.trunk_q8 = p->trunk_q8;
     m.generator = "k3pack " K3_VERSION;
     m.name_prefix = (char *)k3_config_prefix(&p->cfg);
     m.config = json_loadb(p->config_text, p->config_len, JSON_REJECT_DUPLICATES, &je);

@@ -60,9 +60,11 @@ static int cmp_by_name(const void *a, const void *b)
     return strcmp(g_sort_plan->items[*(const size_t *)a].src_name, g_sort_plan->items[*(const size_t *)b].src_name);
 }
 
-k3_err pk_plan_build(pk_plan *p, const char *config_text, size_t config_len, pk_expert_mode mode, k3_diag *d)
+k3_err pk_plan_build(pk_plan *p, const char *config_text, size_t config_len, pk_expert_mode mode, int trunk_q8,
+                     k3_diag *d)
 {
     memset(p, 0, sizeof *p);
+    p->trunk_q8 = trunk_q8;
     k3_err e = k3_config_parse(config_text, config_len, "config.json", &p->cfg, d);
     if (e) return e;
     p->config_text = malloc(config_len + 1);
@@ -144,6 +146,15 @@ k3_err pk_plan_build(pk_plan *p, const char *config_text, size_t config_len, pk_
             const char *sfx = experts ? strstr(x->name, ".experts.0.") + strlen(".experts.0.") : x->name;
             k3_pack_part parts[2];
             int np = k3_pack_parts(x, sfx, experts, p->quantize, parts);
+            if (np == 1 && !experts && p->trunk_q8 && k3_trunk_q8_eligible(x->name, x->dtype, x->rank, x->shape)) {
+                parts[0].enc = K3_ENC_Q8;                        /* FORMAT.md 3: codes, then NAME_scale */
+                parts[1] = parts[0];
+                snprintf(parts[1].name, sizeof parts[1].name, "%.*s_scale", (int)(sizeof parts[1].name - 8),
+                         parts[0].name);       /* k3_pack_parts left room for a part suffix (-2) */
+                parts[1].enc = K3_ENC_E8M0;
+                parts[1].shape[1] = x->shape[1] / 32;
+                np = 2;
+            }
             if (np == -2) {
                 e = k3_fail(d, K3_ERR_UNSUPPORTED, "tensor '%s': the name is too long for a pack (at most %zu bytes)",
                             x->name, sizeof parts[0].name - sizeof ".weight_packed");
@@ -186,7 +197,9 @@ k3_err pk_plan_build(pk_plan *p, const char *config_text, size_t config_len, pk_
             it->src_rank = x->rank;
             it->any_shape = (x->flags & K3_XT_ANY_SHAPE) != 0;
             memcpy(it->src_shape, x->shape, sizeof it->src_shape);
-            it->op = experts && p->quantize ? PK_QUANT : PK_COPY;
+            it->op = experts && p->quantize ? PK_QUANT
+                   : !experts && p->trunk_q8 && k3_trunk_q8_eligible(x->name, x->dtype, x->rank, x->shape) ? PK_QUANT8
+                                                                                                     : PK_COPY;
             it->rows = x->shape[0];
             it->cols = x->rank > 1 ? x->shape[1] : 1;
             if (entry >= sh->h.n_entries) {
@@ -196,7 +209,7 @@ k3_err pk_plan_build(pk_plan *p, const char *config_text, size_t config_len, pk_
             }
             it->dst_off = sh->h.entries[entry].offset +
                           (experts ? sh->h.data_offset + it->record * sh->h.record_stride : 0);
-            entry += it->op == PK_QUANT ? 2 : 1;
+            entry += it->op == PK_COPY ? 1 : 2;
         }
         sh->n_items = p->n_items - sh->first_item;
         if (p->total_bytes + sh->h.file_size < p->total_bytes) { e = k3_fail(d, K3_ERR_INTERNAL, "overflow"); goto out; }

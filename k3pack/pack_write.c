@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "k3_log.h"
+#include "quant_q8.h"
 
 #define PK_HASH_BUF (8u << 20)
 
@@ -45,6 +46,7 @@ k3_err pk_writer_init(pk_writer *w, const pk_plan *p, const char *out_dir, int j
     tag[12] = (uint8_t)p->experts;
     tag[13] = (uint8_t)p->quantize;
     tag[14] = p->in_place != NULL;            /* --experts-in-place: other shards, another manifest */
+    tag[15] = (uint8_t)p->trunk_q8;            /* --trunk q8 */
     k3_hasher_update(h, tag, sizeof tag);
     k3_hasher_update(h, p->config_text, p->config_len);
     k3_hex128(k3_hasher_digest(h), w->fingerprint);
@@ -100,11 +102,11 @@ k3_err pk_feed_begin(pk_feed *f, const pk_item *it, k3_diag *d)
 {
     memset(f, 0, sizeof *f);
     f->it = it;
-    if (it->op == PK_QUANT) {
+    if (it->op != PK_COPY) {
         if (it->cols % 32) return k3_fail(d, K3_ERR_MODEL, "tensor '%s': %llu columns is not a multiple of 32",
                                           it->src_name, (unsigned long long)it->cols);
         f->row = malloc(it->cols * 2);
-        f->packed = malloc(it->cols / 2);
+        f->packed = malloc(it->op == PK_QUANT8 ? it->cols : it->cols / 2);
         f->scales = malloc(it->rows * (it->cols / 32) + 1);
         if (!f->row || !f->packed || !f->scales) {
             pk_feed_free(f);
@@ -127,19 +129,21 @@ static k3_err quant_row(pk_writer *w, pk_feed *f, k3_diag *d)
     const pk_item *it = f->it;
     k3_quant_stats st = {0};
     uint8_t *sc = f->scales + f->r * (it->cols / 32);
-    long bad = k3_quant_mxfp4_row(f->row, (size_t)it->cols, f->packed, sc, &st);
+    size_t out = it->op == PK_QUANT8 ? (size_t)it->cols : (size_t)(it->cols / 2);     /* bytes of a row */
+    long bad = it->op == PK_QUANT8 ? k3_quant_q8_row(f->row, (size_t)it->cols, (int8_t *)f->packed, sc, &st)
+                                   : k3_quant_mxfp4_row(f->row, (size_t)it->cols, f->packed, sc, &st);
     if (bad >= 0)
         return k3_fail(d, K3_ERR_FORMAT, "tensor '%s': element [%llu, %ld] is NaN or infinite; cannot quantize it",
                        it->src_name, (unsigned long long)f->r, bad);
     pthread_mutex_lock(&w->lock);
-    w->qstats.err2 += st.err2;
-    w->qstats.ref2 += st.ref2;
-    w->qstats.n += st.n;
-    w->qstats.saturated += st.saturated;
+    k3_quant_stats *qs = it->op == PK_QUANT8 ? &w->q8stats : &w->qstats;
+    qs->err2 += st.err2;
+    qs->ref2 += st.ref2;
+    qs->n += st.n;
+    qs->saturated += st.saturated;
     pthread_mutex_unlock(&w->lock);
     k3_atomic_file *af = &w->af[it->shard];
-    k3_err e = k3_pwrite_full(af->fd, f->packed, (size_t)(it->cols / 2), it->dst_off + f->r * (it->cols / 2),
-                              af->tmp_path, d);
+    k3_err e = k3_pwrite_full(af->fd, f->packed, out, it->dst_off + f->r * out, af->tmp_path, d);
     f->r++;
     f->row_fill = 0;
     return e;
@@ -183,10 +187,11 @@ k3_err pk_feed_end(pk_writer *w, pk_feed *f, k3_diag *d)
         return k3_fail(d, K3_ERR_FORMAT, "tensor '%s': got %llu bytes, expected %llu", it->src_name,
                        (unsigned long long)f->got, (unsigned long long)it->src_bytes);
     k3_err e = K3_OK;
-    if (it->op == PK_QUANT) {
+    if (it->op != PK_COPY) {
         const pk_shard *sh = &w->p->shards[it->shard];
         k3_atomic_file *af = &w->af[it->shard];
-        uint64_t off = sh->h.data_offset + it->record * sh->h.record_stride + sh->h.entries[it->entry + 1].offset;
+        uint64_t off = it->op == PK_QUANT8 ? sh->h.entries[it->entry + 1].offset         /* trunk: absolute */
+                     : sh->h.data_offset + it->record * sh->h.record_stride + sh->h.entries[it->entry + 1].offset;
         e = k3_pwrite_full(af->fd, f->scales, (size_t)(it->rows * (it->cols / 32)), off, af->tmp_path, d);
     }
     pthread_mutex_lock(&w->lock);

@@ -93,6 +93,19 @@ static void check_trunk(const k3_manifest *m, const k3_xlist *xl, k3v_item *it)
         const k3_mf_tensor *t = &m->tensors[*hit];
         seen[*hit] = 1;
         int want = k3_enc_from_dtype(x->dtype);
+        if (m->trunk_q8 && k3_trunk_q8_eligible(x->name, x->dtype, x->rank, x->shape)) {
+            want = K3_ENC_Q8;                        /* FORMAT.md 3: codes, and NAME_scale beside them */
+            char sn[300];
+            snprintf(sn, sizeof sn, "%s_scale", x->name);
+            const uint32_t *sh = bsearch(sn, byname, m->n_tensors, sizeof *byname, cmp_key);
+            const k3_mf_tensor *st = sh ? &m->tensors[*sh] : NULL;
+            if (sh) seen[*sh] = 1;
+            if (!st || st->encoding != K3_ENC_E8M0 || st->ndim != 2 || st->shape[0] != x->shape[0] ||
+                st->shape[1] * 32 != x->shape[1])
+                tensor_problem(it, st ? K3V_MISMATCH : K3V_MISSING, x->name,
+                               "tensor '%s' is Q8 in a compact trunk, but its scales (E8M0 [rows, cols/32]) are "
+                               "missing or of another shape%s%s", "", "");
+        }
         if (t->encoding != want) {
             tensor_problem(it, K3V_MISMATCH, x->name, "tensor '%s' is %s in the pack, the config needs %s",
                            enc_str(t->encoding), want ? enc_str(want) : k3_dtype_name((k3_dtype)x->dtype));

@@ -31,11 +31,20 @@ static k3_err need(k3_model *m, int layer, k3_wid id, uint32_t rows, uint32_t co
             return k3_fail(d, K3_ERR_MODEL, "'%s': expected %u BF16 or F32 values", t->name, rows);
         return K3_OK;
     }
-    if (t->enc != K3_ENC_BF16)
-        return k3_fail(d, K3_ERR_UNSUPPORTED, "'%s': only BF16 trunk matrices are supported", t->name);
+    if (t->enc != K3_ENC_BF16 && t->enc != K3_ENC_Q8)
+        return k3_fail(d, K3_ERR_UNSUPPORTED, "'%s': only BF16 and Q8 trunk matrices are supported", t->name);
     if ((rows && t->mat.rows != rows) || (cols && t->mat.cols != cols))
         return k3_fail(d, K3_ERR_MODEL, "'%s': shape [%u, %u], the config implies [%u, %u]", t->name,
                        t->mat.rows, t->mat.cols, rows, cols);
+    return K3_OK;
+}
+
+/* A matrix the model reads as BF16 itself, not through the kernels: a compact trunk leaves it exact. */
+static k3_err bf16_only(k3_model *m, int layer, k3_wid id, k3_diag *d)
+{
+    const k3_tensor *t = k3w_get(m->w, layer, id);
+    if (t && t->enc != K3_ENC_BF16)
+        return k3_fail(d, K3_ERR_UNSUPPORTED, "'%s': must be BF16 (it is %s)", t->name, k3_enc_name(t->enc));
     return K3_OK;
 }
 
@@ -76,6 +85,7 @@ static k3_err check_layer(k3_model *m, int i, k3_diag *d)
         }
         NEED(K3W_MLA_KVA, z->R + z->dr, z->D, 0); NEED(K3W_MLA_KVANORM, z->R, 0, 1);
         NEED(K3W_MLA_KVB, z->Hm * (z->dn + z->dv), z->R, 0);
+        if ((e = bf16_only(m, i, K3W_MLA_KVB, d))) return e;         /* absorbed per head, read as BF16 rows */
         if (c->mla_use_output_gate) NEED(K3W_MLA_G, z->Hm * z->dv, z->D, 0);
         NEED(K3W_MLA_O, z->D, z->Hm * z->dv, 0);
     }
@@ -152,6 +162,7 @@ k3_err k3_model_new(k3_weights *w, const k3_model_opts *o, k3_model **out, k3_di
     k3_err e = set_dims(m, d);
     for (uint32_t i = 0; !e && i < m->d.L; i++) e = check_layer(m, (int)i, d);
     if (!e) e = need(m, -1, K3W_EMBED, m->d.V, m->d.D, 0, d);
+    if (!e) e = bf16_only(m, -1, K3W_EMBED, d);                       /* read a BF16 row at a time */
     if (!e) e = need(m, -1, K3W_FINAL_NORM, m->d.D, 0, 1, d);
     if (!e) e = need(m, -1, K3W_LM_HEAD, m->d.V, m->d.D, 0, d);
     if (!e && m->d.block) e = need(m, -1, K3W_OUT_RES_NORM, m->d.D, 0, 1, d);

@@ -46,6 +46,8 @@ int k3_tensor_by_rows(const char *name, int ndim, const uint64_t *shape)
     size_t n = strlen(name), k = strlen("kv_b_proj.weight");
     if (n >= k && !strcmp(name + n - k, "kv_b_proj.weight")) return 0;
     if (!strcmp(name, "model.embed_tokens.weight")) return 0;
+    k = strlen("_scale");                              /* a Q8 tensor's scales stay whole (its pieces use them) */
+    if (n >= k && !strcmp(name + n - k, "_scale")) return 0;
     return ndim == 2 && shape[0] > 1;
 }
 

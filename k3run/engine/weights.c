@@ -234,6 +234,33 @@ k3_err k3_weights_open(const char *dir, k3_weights **out, k3_diag *d)
     return K3_OK;
 }
 
+/* A compact trunk (FORMAT.md 3): each Q8 tensor's codes are scaled by its sibling NAME_scale,
+   E8M0 [rows, cols/32], of the same unit. */
+static k3_err link_scales(k3_weights *w, k3_diag *d)
+{
+    const k3_manifest *m = &w->mf;
+    if (!(w->tscale = malloc((m->n_tensors + 1) * sizeof *w->tscale))) return k3_fail(d, K3_ERR_NOMEM, "out of memory");
+    for (uint32_t i = 0; i < m->n_tensors; i++) {
+        w->tscale[i] = UINT32_MAX;
+        const k3_mf_tensor *mt = &m->tensors[i];
+        if (mt->encoding != K3_ENC_Q8) continue;
+        size_t n = strlen(mt->name);
+        for (uint32_t j = 0; j < m->n_tensors && w->tscale[i] == UINT32_MAX; j++) {
+            const k3_mf_tensor *st = &m->tensors[j];
+            if (!strncmp(st->name, mt->name, n) && !strcmp(st->name + n, "_scale") && st->encoding == K3_ENC_E8M0 &&
+                st->ndim == 2 && mt->ndim == 2 && st->shape[0] == mt->shape[0] && st->shape[1] * 32 == mt->shape[1])
+                w->tscale[i] = j;
+        }
+        if (w->tscale[i] == UINT32_MAX)
+            return k3_fail(d, K3_ERR_MODEL, "manifest: Q8 tensor '%s' has no scale tensor '%s_scale' (E8M0 [%llu, %llu])",
+                           mt->name, mt->name, (unsigned long long)mt->shape[0],
+                           (unsigned long long)(mt->ndim == 2 ? mt->shape[1] / 32 : 0));
+    }
+    return K3_OK;
+}
+
+int k3w_trunk_q8(const k3_weights *w) { return w->mf.trunk_q8; }
+
 k3_err k3_weights_load(k3_weights *w, const k3_weights_opts *o, k3_diag *d)
 {
     if (w->tensors) return k3_fail(d, K3_ERR_INTERNAL, "the weights are already loaded");
@@ -245,6 +272,7 @@ k3_err k3_weights_load(k3_weights *w, const k3_weights_opts *o, k3_diag *d)
     k3_progress *pp = o->progress ? &pg : NULL;
     if (pp) k3_progress_start(pp, "loading", total);
     k3_err e = open_trunk(w, d);
+    if (!e) e = link_scales(w, d);
     if (!e) e = build_index(w, d);
     if (!e) e = k3w_build_units(w, d);
     if (!e) e = open_embed(w, pp, d);
@@ -271,6 +299,7 @@ void k3_weights_free(k3_weights *w)
     free(w->shard_path);
     free(w->tensors);
     free(w->tjob);
+    free(w->tscale);
     free(w->embed_row);
     free(w->idx);
     k3w_experts_free(w);

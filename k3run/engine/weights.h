@@ -109,6 +109,7 @@ const k3_config *k3w_config(const k3_weights *w);
 const k3_manifest *k3w_manifest(const k3_weights *w);
 uint64_t k3w_bytes_read(const k3_weights *w);      /* bytes read from disk so far */
 uint32_t k3w_in_place_layers(const k3_weights *w); /* MoE layers whose records are read in the checkpoint */
+int k3w_trunk_q8(const k3_weights *w);             /* 1: a compact (Q8, inexact) trunk, FORMAT.md 3 */
 void k3w_stats(const k3_weights *w, k3_weights_stats *st);
 /* How many experts of one layer can be acquired at once (the cache's slots, or all). */
 uint32_t k3w_expert_capacity(const k3_weights *w);

@@ -88,6 +88,7 @@ struct k3_weights {
     /* trunk */
     k3_tensor *tensors;       /* [mf.n_tensors], parallel to mf.tensors; data NULL while not in memory */
     k3io_job *tjob;           /* [mf.n_tensors] the read of each trunk tensor */
+    uint32_t *tscale;         /* [mf.n_tensors] a Q8 tensor's scale tensor (NAME_scale), else UINT32_MAX */
     int *shard_fd, *shard_fd_direct;   /* [mf.n_shards] trunk shards, -1 if not open */
     char **shard_path;        /* [mf.n_shards] */
     trunk_unit *units;        /* [n_layers + 1] */

@@ -150,6 +150,10 @@ static void place(k3_weights *w, int u, uint8_t *mem)
     if (!un->split) un->mem = mem;
     for (uint32_t k = 0; k < un->n; k++)
         if (un->pos[k] != UINT64_MAX) w->tensors[un->ti[k]].mat.data = mem ? mem + un->pos[k] : NULL;
+    for (uint32_t k = 0; k < un->n; k++) {             /* Q8: the scales (whole, also for row pieces) */
+        uint32_t s = w->tscale ? w->tscale[un->ti[k]] : UINT32_MAX;
+        if (s != UINT32_MAX) w->tensors[un->ti[k]].mat.scales = w->tensors[s].mat.data;
+    }
 }
 
 /* Queue the reads of unit u's tensors (a split unit: its small part) into mem. */
@@ -481,8 +485,9 @@ k3_err k3w_layer_begin(k3_weights *w, int layer, k3_diag *d)
 int k3w_rows(k3_weights *w, const k3_tensor *t, uint32_t r0, k3_mat *view, uint32_t *r1)
 {
     *view = t->mat;
+    if (t->enc == K3_ENC_Q8 && t->mat.scales) view->scales = t->mat.scales + (size_t)r0 * (t->mat.cols / 32);
     if (t->mat.data) {                                 /* in memory: all of the rest */
-        size_t rb = t->enc == K3_ENC_F32 ? 4 : 2;
+        size_t rb = t->enc == K3_ENC_F32 ? 4 : t->enc == K3_ENC_Q8 ? 1 : 2;
         view->data = (const uint8_t *)t->mat.data + (size_t)r0 * t->mat.cols * rb;
         view->rows = t->mat.rows - r0;
         *r1 = t->mat.rows;

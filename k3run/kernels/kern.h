@@ -47,11 +47,12 @@ k3_err k3_isa_choose(const char *value, k3_isa *out, k3_diag *d);
 
 /* A weight matrix [rows, cols], row-major, as stored in the pack. */
 typedef struct k3_mat {
-    int enc;                 /* K3_ENC_BF16 or K3_ENC_MXFP4 (formats/k3_shard.h) */
+    int enc;                 /* K3_ENC_BF16, K3_ENC_MXFP4 or K3_ENC_Q8 (formats/k3_shard.h) */
     uint32_t rows, cols;     /* MXFP4: cols % 32 == 0 */
     const void *data;        /* BF16: uint16_t [rows][cols]; MXFP4: uint8_t [rows][cols/2],
                                 element 2j in the low nibble of byte j */
-    const uint8_t *scales;   /* MXFP4: E8M0 [rows][cols/32]; BF16: NULL */
+    const uint8_t *scales;   /* MXFP4, Q8: E8M0 [rows][cols/32]; BF16: NULL. Q8: data is int8_t
+                                [rows][cols], element = q * 2^(scale - 127) */
 } k3_mat;
 
 /*

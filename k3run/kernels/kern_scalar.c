@@ -32,6 +32,11 @@ static float weight(const k3_mat *W, uint32_t r, uint32_t i)
         const uint16_t *row = (const uint16_t *)W->data + (size_t)r * W->cols;   /* [cols] bf16 */
         return k3_bf16_to_f32(row[i]);
     }
+    if (W->enc == K3_ENC_Q8) {                /* a compact trunk: q * 2^(s - 127), exact */
+        const int8_t *row = (const int8_t *)W->data + (size_t)r * W->cols;        /* [cols] codes */
+        const uint8_t *sc = W->scales + (size_t)r * (W->cols / 32);                /* [cols/32] */
+        return (float)row[i] * k3_e8m0_to_f32(sc[i / 32]);
+    }
     const uint8_t *row = (const uint8_t *)W->data + (size_t)r * (W->cols / 2);  /* [cols/2] */
     const uint8_t *sc = W->scales + (size_t)r * (W->cols / 32);                 /* [cols/32] */
     uint8_t byte = row[i / 2];

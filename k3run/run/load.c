@@ -96,6 +96,10 @@ k3_err k3_load_model(const k3_load_opts *o, k3_loaded *l, k3_diag *d)
                               .chunk = p->chunk};
     k3_err e = k3_weights_load(l->w, &l->wo, d);
     if (e) return e;
+    if (k3w_trunk_q8(l->w))               /* every run, -q or not: the text is not the exact model's */
+        fprintf(stderr, "%s: note: this pack's trunk is compact (Q8, k3pack --trunk q8): INEXACT, its text differs "
+                "from the exact model's (the measured cost: docs/PERFORMANCE.md); the same at every budget and "
+                "thread count for this pack\n", k3_log_prog());
     k3_model_opts mo = {.max_batch = o->batch, .context = o->context, .isa = o->isa, .all_logits = o->all_logits,
                         .max_verify = p->verify_tokens, .dump = o->dump, .dump_ctx = o->dump_ctx};
     return k3_model_new(l->w, &mo, &l->m, d);

@@ -217,6 +217,7 @@ void k3_ppl_print(const k3_ppl_result *r, const k3_ppl_info *info, const k3_ppl_
     json_object_set_new(doc, "bytes_read", json_integer((json_int_t)info->bytes_read));
     json_object_set_new(doc, "budget_bytes", json_integer((json_int_t)info->budget));
     json_object_set_new(doc, "isa", json_string(info->isa));
+    if (info->trunk) json_object_set_new(doc, "trunk", json_string(info->trunk));
     json_object_set_new(doc, "threads", json_integer(info->threads));
     json_dumpf(doc, out, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
     fputc('\n', out);

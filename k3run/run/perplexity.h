@@ -63,6 +63,7 @@ typedef struct k3_ppl_info {
     uint64_t bytes_read, budget;
     const char *isa;
     uint32_t threads;
+    const char *trunk;            /* "exact" or "q8 (inexact)" */
 } k3_ppl_info;
 
 /* "Final estimate: PPL = X +/- Y" (llama-perplexity's line), or with json one document:

@@ -61,7 +61,8 @@ static k3_err score_perplexity(const k3_run_opts *o, k3_model *m, const k3_weigh
     if (kl.base) fclose(kl.base);
     if (!e) {
         k3_ppl_info info = {.tokens = n, .load_seconds = t_load, .bytes_read = k3w_bytes_read(w),
-                            .budget = plan->budget, .isa = k3_isa_name(o->isa), .threads = o->threads};
+                            .budget = plan->budget, .isa = k3_isa_name(o->isa), .threads = o->threads,
+                            .trunk = k3w_trunk_q8(w) ? "q8 (inexact)" : "exact"};
         k3_ppl_print(&pr, &info, &kl, o->json, stdout);
         r->interrupted = pr.interrupted;
     }
@@ -288,6 +289,7 @@ checked:
             json_object_set_new(doc, "resident_bytes", json_integer((json_int_t)plan.resident));
             json_object_set_new(doc, "expert_slots", json_integer((json_int_t)plan.expert_slots));
             json_object_set_new(doc, "experts_in_place_layers", json_integer((json_int_t)k3w_in_place_layers(w)));
+            json_object_set_new(doc, "trunk", json_string(k3w_trunk_q8(w) ? "q8 (inexact)" : "exact"));
             json_object_set_new(doc, "expert_hits", json_integer((json_int_t)ws.expert_hits));
             json_object_set_new(doc, "expert_misses", json_integer((json_int_t)ws.expert_misses));
             json_object_set_new(doc, "io_wait_seconds", json_real(ws.wait_seconds));

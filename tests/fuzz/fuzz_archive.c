@@ -67,7 +67,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     pk_plan plan;
-    e = pk_plan_build(&plan, ar.config, ar.config_len, PK_EXPERTS_AUTO, &d);
+    e = pk_plan_build(&plan, ar.config, ar.config_len, PK_EXPERTS_AUTO, 0, &d);
     if (e) {
         fz_check_err(e, &d);
         pk_archive_close(&ar);

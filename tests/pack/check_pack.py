@@ -31,10 +31,11 @@ import xxhash
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "reference"))
 import mxfp4  # noqa: E402
+import trunk_quant  # noqa: E402
 from safetensors_io import ModelDir, SafetensorsFile  # noqa: E402
 
 ENC = {1: ("BF16", 16), 2: ("F16", 16), 3: ("F32", 32), 4: ("F64", 64), 5: ("U8", 8), 6: ("I8", 8),
-       7: ("I16", 16), 8: ("I32", 32), 9: ("I64", 64), 10: ("MXFP4", 4), 11: ("E8M0", 8)}
+       7: ("I16", 16), 8: ("I32", 32), 9: ("I64", 64), 10: ("MXFP4", 4), 11: ("E8M0", 8), 12: ("Q8", 8)}
 
 
 class Bad(Exception):
@@ -172,7 +173,8 @@ def main(pack, ckpt_dir):
     m = json.loads(raw)
     need(m["format"] == "k3-pack" and m["format_version"] in (2, 3) and m["byte_order"] == "little", "manifest header")
     v3 = m["format_version"] == 3
-    need(v3 == ("checkpoint_files" in m), "checkpoint_files exactly in version 3")
+    need(v3 or "checkpoint_files" not in m, "checkpoint_files only in version 3")
+    need(v3 or "trunk" not in m, "a compact trunk only in version 3")
     ck = ModelDir(ckpt_dir)
     prefix = m["name_prefix"]
     quantized = m["experts"]["source"] == "quantized"
@@ -187,7 +189,7 @@ def main(pack, ckpt_dir):
         tensors_by_shard.setdefault(t["shard"], []).append(t)
     xl_by_shard = {x["shard"]: x for x in m["expert_layers"] if "shard" in x}
     seen = set()
-    if v3:
+    if "checkpoint_files" in m:
         seen |= check_in_place(pack, ckpt_dir, m, ck, prefix, listed)
     for s in m["shards"]:
         path = os.path.join(pack, s["name"])
@@ -206,12 +208,24 @@ def main(pack, ckpt_dir):
                 need(e["offset"] % f["align"] == 0, "%s: %s unaligned" % (s["name"], e["name"]))
                 b = data[e["offset"]:e["offset"] + e["size"]]
                 need(xxhash.xxh3_64_hexdigest(b) == t["xxh3_64"], "%s: %s hash" % (s["name"], e["name"]))
+                spans.append((e["offset"], e["offset"] + e["size"]))
+                if e["encoding"] == "Q8" or e["name"].endswith("_scale") and e["name"][:-6] in mt:
+                    # the compact trunk (FORMAT.md 3): codes and scales of trunk_quant.py's rule
+                    need(m.get("trunk", {}).get("encoding") == "Q8", "%s: Q8 without 'trunk'" % e["name"])
+                    base = e["name"] if e["encoding"] == "Q8" else e["name"][:-6]
+                    src = prefix + base
+                    x = ck.get_f32(src)
+                    need(trunk_quant.quantizable(src, ck.dtype(src), list(ck.shape(src)), 32), "%s: not eligible" % src)
+                    q, sc = trunk_quant.quantize(x, 8, 32)
+                    want = q.tobytes() if e["encoding"] == "Q8" else sc.tobytes()
+                    need(b == want, "%s: %s differs from trunk_quant.py's" % (s["name"], e["name"]))
+                    seen.add(src)
+                    continue
                 src = prefix + e["name"]
                 need(src in ck, "%s: %s not in the checkpoint" % (s["name"], src))
                 need(ck.get(src).tobytes() == b, "%s: %s bytes differ from the checkpoint" % (s["name"], src))
                 need(ck.dtype(src) == e["encoding"], "%s: %s dtype" % (s["name"], src))
                 seen.add(src)
-                spans.append((e["offset"], e["offset"] + e["size"]))
             covered_zero(data, spans, f["data_offset"], len(data), s["name"])
         else:
             x = xl_by_shard[s["name"]]

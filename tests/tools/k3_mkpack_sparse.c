@@ -387,7 +387,7 @@ int main(int argc, char **argv)
     struct stat st;
     k3_err e = k3_read_file(cfg_path, 64u << 20, &cfg_text, &cfg_len, &d);
     if (!e) e = k3_config_parse(cfg_text, cfg_len, cfg_path, &cfg, &d);
-    if (!e) e = pk_plan_build(&plan, cfg_text, cfg_len, PK_EXPERTS_AUTO, &d);
+    if (!e) e = pk_plan_build(&plan, cfg_text, cfg_len, PK_EXPERTS_AUTO, 0, &d);
     if (!e && (stat(tok_dir, &st) != 0 || !S_ISDIR(st.st_mode)))
         e = k3_fail(&d, K3_ERR_NOT_FOUND, "'%s' is not a directory", tok_dir);
     if (!e) e = self_check(&d);
