@@ -114,6 +114,11 @@ run_stopped() {
         sp=$!
         pid=""
         for i in $(seq 600); do pid=$(pgrep -P $sp || true); [ -n "$pid" ] && break; sleep 0.05; done
+        # a watchdog: whatever waits below, strace and k3pack are gone after 120 s (a run that hung
+        # under strace once took the test to its timeout); such a run is tried again
+        rm -f "$T/watchdog"
+        (sleep 120; touch "$T/watchdog"; kill -KILL $pid $sp) >/dev/null 2>&1 </dev/null &
+        wd=$!
         if ! stopped "$pid"; then
             st=$(grep '^State:' "/proc/$pid/status" 2>/dev/null || echo "gone: it finished before $1 #$2")
             case "$st" in
@@ -131,6 +136,7 @@ run_stopped() {
         if kill -0 $sp 2>/dev/null; then
             kill -KILL "$pid" $sp 2>/dev/null || true
             wait $sp 2>/dev/null || true
+            pkill -P $wd 2>/dev/null; kill $wd 2>/dev/null || true
             [ $attempt -lt 3 ] || fail "k3pack did not finish within 60 s of SIGCONT after $1 #$2, three times"
             echo "pack_faults: k3pack did not finish after SIGCONT at $1 #$2 (attempt $attempt): again"
             continue
@@ -139,6 +145,12 @@ run_stopped() {
         wait $sp
         rc=$?
         set -e
+        pkill -P $wd 2>/dev/null; kill $wd 2>/dev/null || true
+        if [ -e "$T/watchdog" ]; then
+            [ $attempt -lt 3 ] || fail "k3pack under strace hung at $1 #$2, three times"
+            echo "pack_faults: k3pack under strace hung at $1 #$2 (attempt $attempt): again"
+            continue
+        fi
         return 0
     done
 }
