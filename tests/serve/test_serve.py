@@ -431,7 +431,7 @@ class ServeFaults(unittest.TestCase):
                                   first=first)
 
         def waiter():
-            time.sleep(0.3)
+            first.wait(60)                 # queued behind a stream that is surely running
             st, _, data = srv.post(CHAT, {"messages": msgs(("user", "hello")), "max_tokens": 10}, timeout=60)
             out["b"] = (st, json.loads(data))
 
@@ -439,7 +439,7 @@ class ServeFaults(unittest.TestCase):
         ta.start()
         tb.start()
         self.assertTrue(first.wait(60), "no text streamed within 60 s")   # the prompt is in, text flows
-        time.sleep(0.3)                                                   # the waiter is queued
+        time.sleep(0.5)                                                   # the waiter is queued
         t0 = time.time()
         rc = srv.stop()
         ta.join(30)
