@@ -276,6 +276,16 @@ static k3_err hash_layer(pk_writer *w, const k3_st_ckpt *ck, const int *fds, uin
     return K3_OK;
 }
 
+/* order[0..n): the shard entries of an in-place layer by their offset in its record. */
+static void part_order(const pk_in_place *ip, uint32_t n, uint32_t *order)
+{
+    for (uint32_t k = 0; k < n; k++) {
+        uint32_t j = k;
+        while (j > 0 && ip->part_off[order[j - 1]] > ip->part_off[k]) { order[j] = order[j - 1]; j--; }
+        order[j] = k;
+    }
+}
+
 k3_err pk_hash_in_place(pk_writer *w, const k3_st_ckpt *ck, const int *fds, uint32_t s, uint8_t *buf, k3_diag *d)
 {
     k3_hasher64 *h = k3_hasher64_new();
@@ -353,11 +363,7 @@ k3_err pk_manifest_in_place(const pk_writer *w, k3_manifest *m, uint32_t s, cons
         x->rec_file[r] = src_of[ip->file[r] == PK_COPIED ? w->n_inputs : ip->file[r]];
     /* parts in their offset order in the record (FORMAT.md 10) */
     uint32_t order[K3_MAX_RECORD_PARTS];
-    for (uint32_t k = 0; k < sh->h.n_entries; k++) {
-        uint32_t j = k;
-        while (j > 0 && ip->part_off[order[j - 1]] > ip->part_off[k]) { order[j] = order[j - 1]; j--; }
-        order[j] = k;
-    }
+    part_order(ip, sh->h.n_entries, order);
     x->n_parts = sh->h.n_entries;
     for (uint32_t i = 0; i < x->n_parts; i++) {
         const k3_shard_entry *en = &sh->h.entries[order[i]];
@@ -389,12 +395,8 @@ k3_err pk_write_copied(pk_writer *w, const k3_st_ckpt *ck, const int *fds, uint8
         const pk_shard *sh = &p->shards[p->copied[i].shard];
         const pk_in_place *ip = p->in_place[p->copied[i].shard];
         uint64_t r = p->copied[i].record, np = sh->h.n_entries;
-        uint32_t order[K3_MAX_RECORD_PARTS];                         /* parts by their offset in the record */
-        for (uint32_t k = 0; k < np; k++) {
-            uint32_t j = k;
-            while (j > 0 && ip->part_off[order[j - 1]] > ip->part_off[k]) { order[j] = order[j - 1]; j--; }
-            order[j] = k;
-        }
+        uint32_t order[K3_MAX_RECORD_PARTS];
+        part_order(ip, (uint32_t)np, order);
         k3_hasher64_reset(h);
         for (uint32_t q = 0; q < np && !e; q++) {
             uint32_t k = order[q];
