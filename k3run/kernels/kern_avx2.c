@@ -42,6 +42,8 @@ static inline __m256i k3_avx2_bq(const void *p)
 #define ks_unphi16(a, b) _mm256_unpackhi_epi16(a, b)
 #define ks_permq_d8(a) _mm256_permute4x64_epi64(a, 0xD8)
 #define ks_if(a) _mm256_castsi256_ps(a)
+#define ks_cvt(a) _mm256_cvtepi32_ps(a)
+#define ks_q8(p0, p1) ((void)(p1), _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(p0))))
 #define ks_ldx8(p) _mm256_loadu_ps(p)
 #define ks_ld256(p0, p1) ((void)(p1), _mm256_loadu_si256((const __m256i *)(const void *)(p0)))
 #define ks_bq(p0, p1) ((void)(p1), k3_avx2_bq(p0))
@@ -79,6 +81,8 @@ void k3_kern_rows_avx2(const k3_mat *W, const float *x, size_t ldx, uint32_t T,
 #undef ks_unphi16
 #undef ks_permq_d8
 #undef ks_if
+#undef ks_cvt
+#undef ks_q8
 #undef ks_ldx8
 #undef ks_ld256
 #undef ks_bq
@@ -144,6 +148,17 @@ static inline kp_vf kp_if(kp_vi a)
     kp_vf r = { { _mm256_castsi256_ps(a.h[0]), _mm256_castsi256_ps(a.h[1]) } };
     return r;
 }
+static inline kp_vf kp_cvt(kp_vi a)
+{
+    kp_vf r = { { _mm256_cvtepi32_ps(a.h[0]), _mm256_cvtepi32_ps(a.h[1]) } };
+    return r;
+}
+static inline kp_vi kp_q8(const void *p0, const void *p1)
+{
+    kp_vi r = { { _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p0)),
+                  _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p1)) } };
+    return r;
+}
 static inline kp_vf kp_ldx8(const float *p)
 {
     kp_vf r = { { _mm256_loadu_ps(p), _mm256_loadu_ps(p) } };
@@ -205,6 +220,8 @@ static inline void kp_halves(kp_vf v, float *o0, float *o1)
 #define ks_unphi16 kp_unphi16
 #define ks_permq_d8 kp_permq_d8
 #define ks_if kp_if
+#define ks_cvt kp_cvt
+#define ks_q8 kp_q8
 #define ks_ldx8 kp_ldx8
 #define ks_ld256 kp_ld256
 #define ks_bq kp_bq

@@ -9,8 +9,9 @@
  * (or each 128-bit lane) independently, like its AVX2 namesake. The same
  * kernel structure on pairs of AVX2 registers (k3_kern_rows_avx2x2) is
  * tested bit for bit on every AVX2 machine; this file runs where the CPU has
- * AVX-512. One token's MXFP4 rows have a kernel of their own (mx_mv below),
- * tested bit for bit against the scalar path on AVX-512 machines only.
+ * AVX-512. One token's MXFP4 and Q8 rows have kernels of their own (mx_mv,
+ * q8_mv below), tested bit for bit against the scalar path on AVX-512
+ * machines only.
  */
 #include <immintrin.h>
 #include <stdint.h>
@@ -67,6 +68,9 @@ static inline void k3_512_halves(__m512 v, float *o0, float *o1)
 #define ks_unphi16(a, b) _mm512_unpackhi_epi16(a, b)
 #define ks_permq_d8(a) _mm512_permutex_epi64(a, 0xD8)           /* per 256-bit half */
 #define ks_if(a) _mm512_castsi512_ps(a)
+#define ks_cvt(a) _mm512_cvtepi32_ps(a)
+#define ks_q8(p0, p1) _mm512_cvtepi8_epi32(_mm_unpacklo_epi64(                  \
+    _mm_loadl_epi64((const __m128i *)(const void *)(p0)), _mm_loadl_epi64((const __m128i *)(const void *)(p1))))
 #define ks_ldx8(p) _mm512_broadcast_f32x8(_mm256_loadu_ps(p))   /* DQ */
 #define ks_ld256(p0, p1) k3_512_join(_mm256_loadu_si256((const __m256i *)(const void *)(p0)), \
                                      _mm256_loadu_si256((const __m256i *)(const void *)(p1)))
@@ -168,11 +172,78 @@ static void mx_mv(const k3_mat *W, const float *x, float *y, uint32_t r0, uint32
     }
 }
 
+/*
+ * ---- matrix-vector, Q8 (the compact trunk): one row per __m512 ----
+ * A row's 16 lanes in one vector in their natural order (element i in lane
+ * i % 16), so neither x nor the weights are rearranged: per 16 weights one
+ * vpmovsxbd from memory, one cvtdq2ps, the multiply by the block's scale
+ * (exact, as kern_scalar.c) and the FMA of the canonical order.
+ */
+#define Q8_R 8            /* rows per pass: 8 streams of weights in flight */
+
+static inline __attribute__((always_inline)) void q8_pass(const k3_mat *W, const float *x, float *y,
+                                                          uint32_t r, int R, uint32_t rn)
+{
+    const uint32_t nb = W->cols / 32;
+    const size_t rb = W->cols;                                       /* code bytes per row */
+    const int8_t *q = (const int8_t *)W->data + (size_t)r * rb;      /* [R][cols] codes */
+    const uint8_t *s = W->scales + (size_t)r * nb;                   /* [R][cols/32] scales */
+    const int8_t *nq = q + (size_t)R * rb;                           /* the next pass */
+    const uint8_t *ns = s + (size_t)R * nb;
+    const size_t nqb = (size_t)rn * rb, nsb = (size_t)rn * nb;
+    const uint32_t step = (uint32_t)(R * 32 + 63) / 64;               /* lines per block */
+    __m512 acc[Q8_R];                                                /* [row] lanes 0-15 */
+    for (int k = 0; k < R; k++) acc[k] = _mm512_setzero_ps();
+    for (uint32_t b = 0; b < nb; b++) {
+        const __m512 x0 = _mm512_loadu_ps(x + 32 * b), x1 = _mm512_loadu_ps(x + 32 * b + 16);
+        for (uint32_t j = 0; j < step; j++) {
+            size_t off = ((size_t)b * step + j) * 64;
+            if (off < nqb) KS_PREFETCH(nq, off);
+        }
+        if ((size_t)b * 64 < nsb) KS_PREFETCH(ns, (size_t)b * 64);
+        for (int k = 0; k < R; k++) {
+            const int8_t *qk = q + (size_t)k * rb + 32 * b;
+            const __m512 sc = _mm512_set1_ps(ks_e8m0[s[(size_t)k * nb + b]].f);
+            __m512 w0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)qk)));
+            __m512 w1 = _mm512_cvtepi32_ps(
+                _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(qk + 16))));
+            acc[k] = _mm512_fmadd_ps(_mm512_mul_ps(w0, sc), x0, acc[k]);   /* elements 32b .. 32b+15 */
+            acc[k] = _mm512_fmadd_ps(_mm512_mul_ps(w1, sc), x1, acc[k]);   /* 32b+16 .. 32b+31 */
+        }
+    }
+    for (int k = 0; k < R; k++) {
+        float lanes[16];
+        _mm512_storeu_ps(lanes, acc[k]);
+        y[r + (uint32_t)k] = ks_reduce16(lanes);
+    }
+}
+
+static void q8_mv(const k3_mat *W, const float *x, float *y, uint32_t r0, uint32_t r1)
+{
+    for (uint32_t r = r0; r < r1;) {
+        uint32_t n = r1 - r < Q8_R ? r1 - r : Q8_R;
+        uint32_t rn = r1 - r - n < Q8_R ? r1 - r - n : Q8_R;
+        switch (n) {
+        case 8: q8_pass(W, x, y, r, 8, rn); break;
+        case 7: q8_pass(W, x, y, r, 7, rn); break;
+        case 6: q8_pass(W, x, y, r, 6, rn); break;
+        case 5: q8_pass(W, x, y, r, 5, rn); break;
+        case 4: q8_pass(W, x, y, r, 4, rn); break;
+        case 3: q8_pass(W, x, y, r, 3, rn); break;
+        case 2: q8_pass(W, x, y, r, 2, rn); break;
+        default: q8_pass(W, x, y, r, 1, rn); break;
+        }
+        r += n;
+    }
+}
+
 void k3_kern_rows_avx512(const k3_mat *W, const float *x, size_t ldx, uint32_t T,
                          float *y, size_t ldy, uint32_t r0, uint32_t r1)
 {
     if (T == 1 && W->enc == K3_ENC_MXFP4 && W->cols <= MX_XMAX && r0 < r1)
         mx_mv(W, x, y, r0, r1);
+    else if (T == 1 && W->enc == K3_ENC_Q8 && r0 < r1)
+        q8_mv(W, x, y, r0, r1);
     else
         ks_rows_avx512(W, x, ldx, T, y, ldy, r0, r1);
 }

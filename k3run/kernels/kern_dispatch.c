@@ -82,7 +82,6 @@ void k3_matmul_rows(k3_isa isa, const k3_mat *W, const float *x, size_t ldx, uin
                     float *y, size_t ldy, uint32_t r0, uint32_t r1)
 {
     if (!k3_isa_supported(isa)) isa = K3_ISA_SCALAR;    /* same bits, only slower */
-    if (W->enc == K3_ENC_Q8) isa = K3_ISA_SCALAR;       /* no vector path for the compact trunk yet */
     switch (isa) {
     case K3_ISA_AVX512: k3_kern_rows_avx512(W, x, ldx, T, y, ldy, r0, r1); break;
     case K3_ISA_AVX2: k3_kern_rows_avx2(W, x, ldx, T, y, ldy, r0, r1); break;

@@ -15,7 +15,7 @@
  *   ks_zero() ks_fma(a,b,c)=a*b+c ks_sub ks_mul ks_orf(vf,vi) ks_and ks_srli32
  *   ks_slli32 ks_pshufb(table,index) ks_shuf_even(a,b)=shufps 0x88
  *   ks_shuf_odd=shufps 0xDD ks_unplo16/ks_unphi16=punpck{l,h}wd
- *   ks_permq_d8=vpermq 0xD8 ks_if (cast)
+ *   ks_permq_d8=vpermq 0xD8 ks_if (cast) ks_cvt=cvtdq2ps
  * and these loads/stores, where p0 belongs to the first row of the vector
  * and p1 to the second (ignored when KS_NR is 1):
  *   ks_ldx8(p)       8 floats of x, the same in every half
@@ -23,6 +23,7 @@
  *   ks_bq(p0,p1)     8 bytes repeated 4 times per half
  *   ks_b128(p0,p1)   16 bytes repeated twice per half
  *   ks_bf(p0,p1)     1 float repeated 8 times per half
+ *   ks_q8(p0,p1)     8 signed bytes sign-extended to 8 int32 per half (vpmovsxbd)
  *   ks_c32(p)        a 32-byte constant, the same in every half
  *   ks_set1i(c)      a 32-bit integer in every element
  *   ks_halves(v,o0,o1)    store half h to o_h (8 floats)
@@ -133,11 +134,33 @@ static inline void ks_next_step(const ks_next *nx, uint32_t i)
     if ((size_t)i * 64 < nx->ns) KS_PREFETCH(nx->s, (size_t)i * 64);
 }
 
-/* ng 16-groups of one token's x into dst, each as 8 even elements then 8 odd
- * ones, in the slot order of the weights: MXFP4 ks_lane_e/o, BF16 0,2,..,14 /
- * 1,3,..,15 (lanes of the 32-bit pairs of bf16). Plain AVX2 in every path. */
-static inline void ks_pack_x(float *dst, const float *src, uint32_t ng, int bf16)
+/* The slot order a 16-group of weights decodes to in the matrix-matrix panel:
+ * slot k < 8 holds canonical lane ks_slot(lay, 0, k), slot 8 + k lane
+ * ks_slot(lay, 1, k). MXFP4: even codes ks_lane_e, odd ks_lane_o; BF16:
+ * 0,2,..,14 / 1,3,..,15 (the halves of 32-bit pairs of bf16); Q8: natural. */
+enum { KS_LAY_MX, KS_LAY_BF16, KS_LAY_NAT };
+
+static inline int ks_slot(int lay, int odd, int k)
 {
+    if (lay == KS_LAY_MX) return odd ? ks_lane_o[k] : ks_lane_e[k];
+    if (lay == KS_LAY_BF16) return 2 * k + odd;
+    return 8 * odd + k;
+}
+
+static inline int ks_layout(int enc)
+{
+    return enc == K3_ENC_BF16 ? KS_LAY_BF16 : enc == K3_ENC_Q8 ? KS_LAY_NAT : KS_LAY_MX;
+}
+
+/* ng 16-groups of one token's x into dst in the slot order of layout lay.
+ * Plain AVX2 in every path. */
+static inline void ks_pack_x(float *dst, const float *src, uint32_t ng, int lay)
+{
+    if (lay == KS_LAY_NAT) {
+        memcpy(dst, src, (size_t)ng * 16 * sizeof(float));
+        return;
+    }
+    const int bf16 = lay == KS_LAY_BF16;
     for (uint32_t g = 0; g < ng; g++) {
         __m256 a = _mm256_loadu_ps(src + 16 * g), b = _mm256_loadu_ps(src + 16 * g + 8);
         __m256 e = _mm256_shuffle_ps(a, b, 0x88), o = _mm256_shuffle_ps(a, b, 0xDD);
@@ -191,6 +214,52 @@ KS_INLINE void KS_FN(dec_mx)(const uint8_t *q0, const uint8_t *q1, int s0, int s
             e2m1 = ks_orf(e2m1, ks_slli32(ks_and(code[j], m8), 28));      /* -0 for code 8 */
             w[j] = ks_mul(e2m1, scale);                                   /* the canonical product */
         }
+    }
+}
+
+/* ---- decoding: 16 Q8 weights of each row -> lanes 0-7 (lo) and 8-15 (hi):
+ * q * 2^(s-127), one multiply of two fp32 numbers whose product is exact (or
+ * NaN for scale code 255), as kern_scalar.c computes it. */
+KS_INLINE void KS_FN(dec_q8)(const int8_t *p0, const int8_t *p1, ks_vf scale, ks_vf *lo, ks_vf *hi)
+{
+    *lo = ks_mul(ks_cvt(ks_q8(p0, p1)), scale);
+    *hi = ks_mul(ks_cvt(ks_q8(p0 + 8, p1 + 8)), scale);
+}
+
+/* ---- matrix-vector, Q8: R row vectors (R * KS_NR rows: row[k][h]), natural lanes ---- */
+KS_INLINE void KS_FN(q8_mv)(const k3_mat *W, const float *x, float *y, const uint32_t row[][2],
+                            int R, const ks_next *nx)
+{
+    const uint32_t cols = W->cols, nb = cols / 32;
+    const int8_t *p[KS_RMV][2];                                 /* row starts, [cols] codes each */
+    const uint8_t *s[KS_RMV][2];                                /* [cols/32] scale codes each */
+    ks_vf lo[KS_RMV], hi[KS_RMV];                               /* lanes 0-7 and 8-15 */
+    for (int k = 0; k < R; k++) {
+        for (int h = 0; h < 2; h++) {
+            p[k][h] = (const int8_t *)W->data + (size_t)row[k][h] * cols;
+            s[k][h] = W->scales + (size_t)row[k][h] * nb;
+        }
+        lo[k] = hi[k] = ks_zero();
+    }
+    for (uint32_t b = 0; b < nb; b++) {
+        const float *xb = x + 32 * b;
+        ks_vf x0 = ks_ldx8(xb), x1 = ks_ldx8(xb + 8), x2 = ks_ldx8(xb + 16), x3 = ks_ldx8(xb + 24);
+        ks_next_step(nx, b);
+        for (int k = 0; k < R; k++) {
+            ks_vf sc = ks_bf(&ks_e8m0[s[k][0][b]].f, &ks_e8m0[s[k][1][b]].f), w0, w1, w2, w3;
+            KS_FN(dec_q8)(p[k][0] + 32 * b, p[k][1] + 32 * b, sc, &w0, &w1);
+            KS_FN(dec_q8)(p[k][0] + 32 * b + 16, p[k][1] + 32 * b + 16, sc, &w2, &w3);
+            lo[k] = ks_fma(w0, x0, lo[k]);                      /* elements 32b + 0..7 */
+            hi[k] = ks_fma(w1, x1, hi[k]);                      /* 32b + 8..15 */
+            lo[k] = ks_fma(w2, x2, lo[k]);                      /* 32b + 16..23 */
+            hi[k] = ks_fma(w3, x3, hi[k]);                      /* 32b + 24..31 */
+        }
+    }
+    for (int k = 0; k < R; k++) {
+        float lanes[2][16];
+        ks_halves(lo[k], lanes[0], lanes[1]);
+        ks_halves(hi[k], lanes[0] + 8, lanes[1] + 8);
+        for (int h = 0; h < KS_NR; h++) y[row[k][h]] = ks_reduce16(lanes[h]);
     }
 }
 
@@ -286,13 +355,22 @@ static void KS_FN(mv)(const k3_mat *W, const float *x, float *y, uint32_t r0, ui
         /* the next pass's rows are contiguous: prefetch them a line or two per step */
         ks_next nx;
         uint32_t nn = r1 - (r + n) < KS_RMV * KS_NR ? r1 - (r + n) : KS_RMV * KS_NR;
-        size_t rb = W->enc == K3_ENC_BF16 ? (size_t)W->cols * 2 : W->cols / 2;  /* row bytes */
+        const int enc = W->enc;
+        size_t rb = enc == K3_ENC_BF16 ? (size_t)W->cols * 2 : enc == K3_ENC_Q8 ? W->cols
+                                                                                : W->cols / 2;  /* row bytes */
         nx.q = (const uint8_t *)W->data + (size_t)(r + n) * rb;
         nx.nq = nn * rb;
         nx.s = W->scales ? W->scales + (size_t)(r + n) * (W->cols / 32) : NULL;
         nx.ns = W->scales ? nn * (W->cols / 32) : 0;
-        nx.step = (uint32_t)(n * (W->enc == K3_ENC_BF16 ? 32 : 16) + 63) / 64;  /* lines */
-        if (W->enc == K3_ENC_BF16) {
+        nx.step = (uint32_t)(n * (enc == K3_ENC_MXFP4 ? 16 : 32) + 63) / 64;  /* lines per step */
+        if (enc == K3_ENC_Q8) {
+            switch (R) {
+            case 4: KS_FN(q8_mv)(W, x, y, row, 4, &nx); break;
+            case 3: KS_FN(q8_mv)(W, x, y, row, 3, &nx); break;
+            case 2: KS_FN(q8_mv)(W, x, y, row, 2, &nx); break;
+            default: KS_FN(q8_mv)(W, x, y, row, 1, &nx); break;
+            }
+        } else if (enc == K3_ENC_BF16) {
             switch (R) {
             case 4: KS_FN(bf16_mv)(W, x, y, row, 4, &nx); break;
             case 3: KS_FN(bf16_mv)(W, x, y, row, 3, &nx); break;
@@ -336,8 +414,8 @@ static void KS_FN(mv)(const k3_mat *W, const float *x, float *y, uint32_t r0, ui
  * reused by all KS_SB rows; the chunk's weights are decoded, KS_RP row
  * vectors at a time, into a panel, and register tiles of 2 row vectors x
  * KS_TT tokens run over it. The lane sums wait in acc between chunks.
- * Slots: E = even elements, O = odd, in the order of ks_lane_e/o (MXFP4) or
- * 0,2,..,14 / 1,3,..,15 (BF16: the halves of 32-bit pairs of bf16). */
+ * Slots: the two halves of a 16-group ("E" and "O") hold the canonical lanes
+ * of ks_slot(): even/odd elements for MXFP4 and BF16, 0-7 / 8-15 for Q8. */
 #define KS_SV (KS_SB / KS_NR)           /* row vectors per block */
 typedef struct KS_FN(mm) {
     ks_vf pan[KS_RP][KS_KC / 16][2];    /* [row vector][16-group][E/O] decoded weights */
@@ -355,6 +433,10 @@ static void KS_FN(mm_prefetch)(const KS_FN(mm) *m, const k3_mat *W, int v0, uint
             if (W->enc == K3_ENC_BF16) {
                 const uint16_t *p = (const uint16_t *)W->data + r * W->cols;
                 for (uint32_t g = g0; g < g0 + ng; g += 2) __builtin_prefetch(p + 16 * g);
+            } else if (W->enc == K3_ENC_Q8) {
+                const int8_t *q = (const int8_t *)W->data + r * W->cols;
+                for (uint32_t g = g0; g < g0 + ng; g += 4) __builtin_prefetch(q + 16 * g);
+                __builtin_prefetch(W->scales + r * (W->cols / 32) + g0 / 2);
             } else {
                 const uint8_t *q = (const uint8_t *)W->data + r * (W->cols / 2);
                 for (uint32_t g = g0; g < g0 + ng; g += 8) __builtin_prefetch(q + 8 * g);
@@ -375,6 +457,19 @@ static void KS_FN(mm_decode)(KS_FN(mm) *m, const k3_mat *W, int v0, uint32_t g0,
                 ks_vi raw = ks_ld256(p0 + 16 * (g0 + g), p1 + 16 * (g0 + g));
                 m->pan[k][g][0] = ks_if(ks_slli32(raw, 16));                    /* even */
                 m->pan[k][g][1] = ks_if(ks_slli32(ks_srli32(raw, 16), 16));     /* odd */
+            }
+            continue;
+        }
+        if (W->enc == K3_ENC_Q8) {
+            const int8_t *p0 = (const int8_t *)W->data + (size_t)row[0] * W->cols;
+            const int8_t *p1 = (const int8_t *)W->data + (size_t)row[1] * W->cols;
+            const uint8_t *s0 = W->scales + (size_t)row[0] * (W->cols / 32);
+            const uint8_t *s1 = W->scales + (size_t)row[1] * (W->cols / 32);
+            for (uint32_t g = 0; g < ng; g++) {                 /* natural order: 0-7 | 8-15 */
+                uint32_t b = (g0 + g) / 2;
+                ks_vf sc = ks_bf(&ks_e8m0[s0[b]].f, &ks_e8m0[s1[b]].f);
+                KS_FN(dec_q8)(p0 + 16 * (g0 + g), p1 + 16 * (g0 + g), sc, &m->pan[k][g][0],
+                              &m->pan[k][g][1]);
             }
             continue;
         }
@@ -437,7 +532,7 @@ static void KS_FN(mmul)(const k3_mat *W, const float *x, size_t ldx, uint32_t T,
 {
     KS_FN(mm) m;
     const uint32_t cols = W->cols, ng = cols / 16;
-    const int bf16 = W->enc == K3_ENC_BF16;
+    const int bf16 = W->enc == K3_ENC_BF16, lay = ks_layout(W->enc);
     for (uint32_t r = r0; r < r1; r += KS_SB) {
         uint32_t n = r1 - r < KS_SB ? r1 - r : KS_SB;
         int nv = (int)((n + KS_RP * KS_NR - 1) / (KS_RP * KS_NR)) * KS_RP;  /* row vectors */
@@ -455,7 +550,7 @@ static void KS_FN(mmul)(const k3_mat *W, const float *x, size_t ldx, uint32_t T,
                 uint32_t gn = ng - g0 < KS_KC / 16 ? ng - g0 : KS_KC / 16;
                 uint32_t gnext = g0 + gn, nnext = ng - gnext < KS_KC / 16 ? ng - gnext : KS_KC / 16;
                 int first = g0 == 0;
-                for (uint32_t t = 0; t < tc; t++) ks_pack_x(m.xp[t], xt[t] + 16 * g0, gn, bf16);
+                for (uint32_t t = 0; t < tc; t++) ks_pack_x(m.xp[t], xt[t] + 16 * g0, gn, lay);
                 for (int v0 = 0; v0 < nv; v0 += KS_RP) {
                     KS_FN(mm_prefetch)(&m, W, v0, gnext, nnext);    /* for the next chunk */
                     KS_FN(mm_decode)(&m, W, v0, g0, gn);
@@ -470,8 +565,8 @@ static void KS_FN(mmul)(const k3_mat *W, const float *x, size_t ldx, uint32_t T,
                     ks_halves(m.acc[v][t][1], o[0], o[1]);
                     for (int h = 0; h < KS_NR; h++) {
                         for (int j = 0; j < 8; j++) {
-                            lanes[bf16 ? 2 * j : ks_lane_e[j]] = e[h][j];
-                            lanes[bf16 ? 2 * j + 1 : ks_lane_o[j]] = o[h][j];
+                            lanes[ks_slot(lay, 0, j)] = e[h][j];
+                            lanes[ks_slot(lay, 1, j)] = o[h][j];
                         }
                         if (bf16)
                             ks_tail_bf16((const uint16_t *)W->data + (size_t)m.row[v][h] * cols,
@@ -480,7 +575,7 @@ static void KS_FN(mmul)(const k3_mat *W, const float *x, size_t ldx, uint32_t T,
                     }
                 }
             }
-            if (!bf16)                           /* as in mv: a zero result may be a -0 */
+            if (lay == KS_LAY_MX)                /* as in mv: a zero result may be a -0 */
                 for (uint32_t t = 0; t < tc; t++) {
                     float *yt = y + (size_t)(tc0 + t) * ldy;
                     for (uint32_t i = 0; i < n; i++) {

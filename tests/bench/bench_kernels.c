@@ -5,8 +5,9 @@
  *       buffer, 1 and 2 threads;
  *   (b) the fp32 FMA peak: independent register-only FMA chains;
  *   (c) matrix-vector on weights that stream from memory: BF16 12288x7168
- *       (K3's q_proj) and MXFP4 16 experts x (3072x3584 gate, up; 3584x3072
- *       down), distinct matrices, GB/s of weight bytes and ratio to (a);
+ *       (K3's q_proj), the same as Q8 (the compact trunk, k3pack --trunk q8)
+ *       and MXFP4 16 experts x (3072x3584 gate, up; 3584x3072 down),
+ *       distinct matrices, GB/s of weight bytes and ratio to (a);
  *   (d) the same kernel on a cache-resident 256 KiB matrix, repeated: its
  *       instruction-throughput bound; (c) as a ratio to min((a), (d));
  *   (e) matrix-matrix for batches 1, 4, 16, 64 in GFLOPS, ratio to (b);
@@ -147,6 +148,14 @@ static bmat make(int enc, uint32_t rows, uint32_t cols)
             d[i] = (uint16_t)(0x3c00 + (rnd32() & 0x3ff) + ((rnd32() & 1) << 15));
         b.m.data = d;
         b.bytes = (size_t)rows * cols * 2;
+    } else if (enc == K3_ENC_Q8) {
+        int8_t *d = xalloc((size_t)rows * cols);           /* [rows][cols] codes */
+        uint8_t *s = xalloc((size_t)rows * cols / 32);     /* [rows][cols/32] scales */
+        for (size_t i = 0; i < (size_t)rows * cols; i++) d[i] = (int8_t)(rnd32() % 255 - 127);
+        for (size_t i = 0; i < (size_t)rows * cols / 32; i++) s[i] = (uint8_t)(118 + rnd32() % 8);
+        b.m.data = d;
+        b.m.scales = s;
+        b.bytes = (size_t)rows * cols + (size_t)rows * cols / 32;
     } else {
         uint8_t *d = xalloc((size_t)rows * cols / 2);      /* [rows][cols/2] */
         uint8_t *s = xalloc((size_t)rows * cols / 32);     /* [rows][cols/32] */
@@ -236,7 +245,7 @@ int main(int argc, char **argv)
 
     /* the matrices: big ones stream from memory, small ones stay in cache */
     int nexp = quick ? 4 : 16;
-    bmat q = make(K3_ENC_BF16, 12288, 7168);
+    bmat q = make(K3_ENC_BF16, 12288, 7168), q8 = make(K3_ENC_Q8, 12288, 7168);
     bmat *ex = malloc(sizeof(bmat) * 3 * (size_t)nexp);
     size_t exbytes = 0;
     for (int e = 0; e < nexp; e++) {
@@ -247,6 +256,7 @@ int main(int argc, char **argv)
     }
     bmat qs = make(K3_ENC_BF16, 64, 2048);                /* 256 KiB */
     bmat es = make(K3_ENC_MXFP4, 64, 7168);               /* 243 KiB */
+    bmat q8s = make(K3_ENC_Q8, 64, 4096);                 /* 264 KiB */
     float *x = xalloc((size_t)64 * 12288 * 4), *y = xalloc((size_t)64 * 12288 * 4);
     for (size_t i = 0; i < (size_t)64 * 12288; i++) x[i] = (float)((int)(rnd32() % 2001) - 1000) / 1000.0f;
 
@@ -258,11 +268,12 @@ int main(int argc, char **argv)
         if (only && strcmp(only, k3_isa_name((k3_isa)isa)) != 0) continue;
         const char *name = k3_isa_name((k3_isa)isa);
         int sc = isa == K3_ISA_SCALAR;
-        for (int kind = 0; kind < 2; kind++) {
+        for (int kind = 0; kind < 3; kind++) {            /* BF16, MXFP4, Q8 */
+            static const char *const kname[3] = { "BF16", "MXFP4", "Q8" };
             /* (c), (d): matrix-vector; scalar runs on 1/32 of the rows (1 expert) */
-            bmat *ms = kind == 0 ? &q : ex;
-            int nm = kind == 0 ? 1 : (sc ? 1 : 3 * nexp);
-            size_t bytes = kind == 0 ? q.bytes : (sc ? ex[0].bytes : exbytes);
+            bmat *ms = kind == 0 ? &q : kind == 2 ? &q8 : ex;
+            int nm = kind != 1 ? 1 : (sc ? 1 : 3 * nexp);
+            size_t bytes = kind != 1 ? ms->bytes : (sc ? ex[0].bytes : exbytes);
             bmat part = *ms;
             if (sc) {
                 part.m.rows = ms->m.rows / 32;
@@ -271,17 +282,19 @@ int main(int argc, char **argv)
                 ms = &part;
                 nm = 1;
             }
-            const char *label = kind == 0 ? "BF16 matvec 12288x7168" : "MXFP4 matvec 16 experts gate+up+down";
+            const char *label = kind == 0 ? "BF16 matvec 12288x7168" : kind == 2 ? "Q8 matvec 12288x7168"
+                                                                                 : "MXFP4 matvec 16 experts gate+up+down";
             if (sc) label = kind == 0 ? "BF16 matvec 384x7168 (scalar: 1/32 of the rows)"
+                          : kind == 2 ? "Q8 matvec 384x7168 (scalar: 1/32 of the rows)"
                                       : "MXFP4 matvec 96x3584 (scalar: 1/32 of one matrix)";
             else if (kind == 1 && nexp != 16) label = "MXFP4 matvec 4 experts gate+up+down (--quick)";
             char lab[160];
             for (int th = 1; th <= 2; th++) {
                 double t = time_mv((k3_isa)isa, ms, nm, x, y, th, sc ? 2 : 5);
                 double gbs = (double)bytes / t / 1e9;
-                double bound = bound_mv((k3_isa)isa, kind == 0 ? &qs : &es, x, y, th);
+                double bound = bound_mv((k3_isa)isa, kind == 0 ? &qs : kind == 2 ? &q8s : &es, x, y, th);
                 double lim = bound < bw[th] ? bound : bw[th];
-                snprintf(lab, sizeof lab, "(d) %s bound: same kernel, cache-resident 256 KiB", kind == 0 ? "BF16" : "MXFP4");
+                snprintf(lab, sizeof lab, "(d) %s bound: same kernel, cache-resident 256 KiB", kname[kind]);
                 snprintf(res, sizeof res, "%.1f GB/s", bound);
                 snprintf(rat, sizeof rat, "%.2f of bandwidth", bound / bw[th]);
                 row(lab, name, th, res, rat);
@@ -292,7 +305,7 @@ int main(int argc, char **argv)
             }
             /* (e): matrix-matrix */
             static const uint32_t batches[] = { 1, 4, 16, 64 };
-            bmat mm = kind == 0 ? q : ex[0];
+            bmat mm = kind == 0 ? q : kind == 2 ? q8 : ex[0];
             if (sc) mm.m.rows /= 32;
             for (int th = 1; th <= 2; th++) {
                 double pk = isa == K3_ISA_AVX512 ? peak512[th] : peak256[th];
@@ -308,7 +321,7 @@ int main(int argc, char **argv)
                         if (t < best) best = t;
                     }
                     double gf = 2.0 * mm.m.rows * mm.m.cols * T / best / 1e9;
-                    snprintf(lab, sizeof lab, "(e) %s matmul %ux%u, batch %u", kind == 0 ? "BF16" : "MXFP4",
+                    snprintf(lab, sizeof lab, "(e) %s matmul %ux%u, batch %u", kname[kind],
                              mm.m.rows, mm.m.cols, T);
                     snprintf(res, sizeof res, "%.1f GFLOPS", gf);
                     snprintf(rat, sizeof rat, "%.2f of FMA peak", gf / pk);
@@ -333,6 +346,8 @@ int main(int argc, char **argv)
                    i ? "end" : "start", p[2] / p[1], b[2] / b[1]);
     }
     drop(&q);
+    drop(&q8);
+    drop(&q8s);
     for (int e = 0; e < 3 * nexp; e++) drop(&ex[e]);
     free(ex);
     drop(&qs);

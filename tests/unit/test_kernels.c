@@ -3,8 +3,8 @@
  *
  * 1. The scalar path against an independent implementation of the canonical
  *    order written here (and a double-precision dot as a sanity check).
- * 2. Every vector path the CPU has, bit for bit against the scalar path, on
- *    random shapes (odd row counts, BF16 tails, panels and token chunks
+ * 2. Every vector path the CPU has, bit for bit against the scalar path, for
+ *    BF16, MXFP4 and Q8 (the compact trunk) weights, on random shapes (odd row counts, BF16 tails, panels and token chunks
  *    crossed), T = 1..9 and larger, random and extreme values. The AVX-512
  *    structure also runs on AVX2 (k3_kern_rows_avx2x2).
  * 3. Thread counts 1 and 2, a batch against T single-token calls, row ranges.
@@ -80,7 +80,7 @@ static uint8_t rnd_scale(int kind)
 /* A test matrix with its storage. */
 typedef struct tmat {
     k3_mat m;
-    void *data;         /* bf16 [rows][cols] or uint8 [rows][cols/2] */
+    void *data;         /* bf16 [rows][cols], MXFP4 uint8 [rows][cols/2] or Q8 int8 [rows][cols] */
     uint8_t *scales;    /* [rows][cols/32] or NULL */
 } tmat;
 
@@ -96,6 +96,16 @@ static tmat make_mat(int enc, uint32_t rows, uint32_t cols, int kind)
         REQUIRE(d);
         for (size_t i = 0; i < (size_t)rows * cols; i++) d[i] = rnd_bf16(kind);
         t.data = d;
+    } else if (enc == K3_ENC_Q8) {
+        int8_t *d = malloc((size_t)rows * cols + 1);
+        uint8_t *s = malloc((size_t)rows * cols / 32 + 1);
+        REQUIRE(d && s);
+        for (size_t i = 0; i < (size_t)rows * cols; i++)     /* extreme: also -128, 0 and +-127 */
+            d[i] = kind == 1 && rndn(3) == 0 ? (int8_t)(rndn(3) * 127 - 128 + (rndn(2) ? 0 : 1))
+                                             : (int8_t)(uint8_t)rnd();
+        for (size_t i = 0; i < (size_t)rows * cols / 32; i++) s[i] = rnd_scale(kind);
+        t.data = d;
+        t.scales = s;
     } else {
         uint8_t *d = malloc((size_t)rows * cols / 2 + 1), *s = malloc((size_t)rows * cols / 32 + 1);
         REQUIRE(d && s);
@@ -120,6 +130,11 @@ static void ref_row(const k3_mat *W, uint32_t r, float *w)   /* w: [cols] */
     for (uint32_t i = 0; i < W->cols; i++) {
         if (W->enc == K3_ENC_BF16) {
             w[i] = u2f((uint32_t)((const uint16_t *)W->data)[(size_t)r * W->cols + i] << 16);
+        } else if (W->enc == K3_ENC_Q8) {
+            int8_t q = ((const int8_t *)W->data)[(size_t)r * W->cols + i];
+            uint8_t s = W->scales[(size_t)r * W->cols / 32 + i / 32];
+            volatile float v = (float)q;
+            w[i] = v * (s == 255 ? NAN : ldexpf(1.0f, (int)s - 127));
         } else {
             uint8_t b = ((const uint8_t *)W->data)[(size_t)r * W->cols / 2 + i / 2];
             uint8_t s = W->scales[(size_t)r * W->cols / 32 + i / 32];
@@ -150,6 +165,11 @@ typedef void (*rows_fn)(const k3_mat *, const float *, size_t, uint32_t, float *
 
 static const char *kind_name[4] = { "random", "extreme", "tiny", "negative zero" };
 
+static const char *enc_name(int enc)
+{
+    return enc == K3_ENC_BF16 ? "bf16" : enc == K3_ENC_Q8 ? "q8" : "mxfp4";
+}
+
 /* Compare got against want for all T x rows; one CHECK per call. */
 static void compare(const char *what, const tmat *t, uint32_t T, int kind, const float *got,
                     const float *want, size_t ldy)
@@ -161,7 +181,7 @@ static void compare(const char *what, const tmat *t, uint32_t T, int kind, const
             if (same_bits(g, w)) continue;
             if (bad++ < 3)
                 fprintf(stderr, "%s: %s %ux%u T=%u (%s): y[%u][%u] = %a (0x%08x), expected %a (0x%08x)\n",
-                        what, t->m.enc == K3_ENC_BF16 ? "bf16" : "mxfp4", t->m.rows, t->m.cols, T,
+                        what, enc_name(t->m.enc), t->m.rows, t->m.cols, T,
                         kind_name[kind], tt, r, g, f2u(g), w, f2u(w));
         }
     CHECK_MSG(bad == 0, "%s: %zu of %zu outputs differ", what, bad, (size_t)T * t->m.rows);
@@ -242,24 +262,29 @@ static void run_case(int enc, uint32_t rows, uint32_t cols, uint32_t T, int kind
     free_mat(&t);
 }
 
-/* Every scale code with every E2M1 code, against scalar, on every path. */
-static void run_mxfp4_exhaustive(void)
+/* Every scale code with every element code (E2M1, or all 256 int8 codes for
+ * Q8), against scalar, on every path. */
+static void run_exhaustive(int enc)
 {
-    uint32_t rows = 256 + 3, cols = 64;
-    tmat t = make_mat(K3_ENC_MXFP4, rows, cols, 0);
+    uint32_t rows = 256 + 3, cols = enc == K3_ENC_Q8 ? 256 : 64;
+    tmat t = make_mat(enc, rows, cols, 0);
     uint8_t *d = t.data;
     for (uint32_t r = 0; r < rows; r++) {
-        for (uint32_t j = 0; j < cols / 2; j++) d[r * cols / 2 + j] = (uint8_t)((j + r) % 16 | (((j * 7 + r) % 16) << 4));
+        if (enc == K3_ENC_Q8)
+            for (uint32_t j = 0; j < cols; j++) d[r * cols + j] = (uint8_t)(j * 37 + r);
+        else
+            for (uint32_t j = 0; j < cols / 2; j++)
+                d[r * cols / 2 + j] = (uint8_t)((j + r) % 16 | (((j * 7 + r) % 16) << 4));
         for (uint32_t b = 0; b < cols / 32; b++) t.scales[r * cols / 32 + b] = (uint8_t)(r < 256 ? r : r * 31);
     }
     rows_fn fns[3] = { k3_kern_rows_avx2, k3_kern_rows_avx512, k3_kern_rows_avx2x2 };
     const char *names[3] = { "avx2", "avx512", "avx2x2 (avx512 structure)" };
     int ok[3] = { k3_isa_supported(K3_ISA_AVX2), k3_isa_supported(K3_ISA_AVX512),
                   k3_isa_supported(K3_ISA_AVX2) };
-    /* mode 0-3: random x of that kind, T = 1 and 4; mode 4: the 64 unit vectors as one
+    /* mode 0-3: random x of that kind, T = 1 and 4; mode 4: the unit vectors as one
      * batch; mode 5: the same one token at a time (each output is then one weight) */
     for (int mode = 0; mode < 6; mode++)
-        for (uint32_t T = mode < 4 ? 1 : 64; T <= (mode < 4 ? 4u : 64u); T += 3) {
+        for (uint32_t T = mode < 4 ? 1 : cols; T <= (mode < 4 ? 4u : cols); T += 3) {
             size_t ldx = cols, ldy = rows;
             float *x = malloc(T * ldx * 4), *want = malloc(T * ldy * 4), *got = malloc(T * ldy * 4);
             REQUIRE(x && want && got);
@@ -433,13 +458,26 @@ int main(void)
         run_case(K3_ENC_MXFP4, 6, 7168, 1, kind);
     }
     run_case(K3_ENC_MXFP4, 5, 16416, 1, 0);
-    run_mxfp4_exhaustive();
+    /* Q8 (the compact trunk): every kind and token count, K3's trunk widths */
+    static const uint32_t q8_cols[] = { 32, 64, 96, 512, 544, 1056, 7168 };
+    for (int kind = 0; kind < 4; kind++)
+        for (size_t c = 0; c < sizeof q8_cols / sizeof *q8_cols; c++, n++)
+            run_case(K3_ENC_Q8, row_counts[n % 10], q8_cols[c], q8_cols[c] > 2000 ? 1 + (uint32_t)n % 3 : tokens[n % 14],
+                     kind);
+    for (uint32_t T = 1; T <= 9; T++) run_case(K3_ENC_Q8, 11, 96, T, 1);
+    for (int i = 0; i < 60; i++) run_case(K3_ENC_Q8, 1 + rndn(45), 32 * (1 + rndn(24)), 1 + rndn(i % 5 ? 12 : 40),
+                                          (int)rndn(4));
+    run_case(K3_ENC_Q8, 9, 1056, 131, 1);
+    run_exhaustive(K3_ENC_MXFP4);
+    run_exhaustive(K3_ENC_Q8);
     run_negative_zero();
     /* large enough for k3_matmul to use the threads (rows * cols * T >= 65536) */
     run_threads(K3_ENC_BF16, 300, 250, 1);
     run_threads(K3_ENC_BF16, 133, 77, 9);
     run_threads(K3_ENC_MXFP4, 300, 256, 1);
     run_threads(K3_ENC_MXFP4, 133, 128, 7);
+    run_threads(K3_ENC_Q8, 300, 256, 1);
+    run_threads(K3_ENC_Q8, 133, 128, 7);
     if (!isa_checked[0]) printf("skip: avx2 (this CPU lacks it)\n");
     if (!isa_checked[1]) printf("skip: avx512 (this CPU lacks it)\n");
     if (isa_checked[2]) printf("checked: the avx512 kernel structure on avx2 (k3_kern_rows_avx2x2)\n");
