@@ -1,29 +1,35 @@
 #!/bin/sh
-# k3run reading its experts in place in the checkpoint (k3pack --experts-in-place, issue 18)
-# against the normal pack of the same checkpoint, at budgets given as percentages of the normal
-# pack's bytes. Not a test: run on demand.
+# Two packs of one checkpoint run alternately at the same budgets (percentages of pack A's bytes):
+# experts read in place against the normal pack (bench_in_place.sh, issue 18 part 1), or a q8
+# trunk against the exact one (SAME_IDS=0, issue 18 part 2). Not a test: run on demand.
 #
-#   tests/bench/bench_in_place.sh NORMAL_PACK IN_PLACE_PACK [THREADS] [N_GENERATED] [ROUNDS]
+#   tests/bench/bench_pair.sh PACK_A PACK_B [THREADS] [N_GENERATED] [ROUNDS]
+#   env: BUDGETS (default "100 25"), LABELS (default "a b"), SAME_IDS (1: every run's ids must be
+#        equal; 0: each pack's own runs must be, as for an inexact q8 trunk against the exact one)
 #
-# For each round and budget (env BUDGETS, default "100 25"), the two packs alternate: sync and drop
-# the page cache (root; otherwise warm, with a warning), then k3run greedy on a fixed prompt with
-# --json; decode s/token = the median of the per-token times after the first token. The disk's
-# bandwidth is measured before each round (dd iflag=direct bs=16M of 2 GiB of one checkpoint file
-# the in-place pack reads), and each run's I/O bound = its bytes read per token / that bandwidth.
-# The ids of every run must be equal (checked). Prints one line per run and a summary of the
-# in-place / normal ratio of s/token per budget (the aim is within 5 %).
+# For each round and budget, the two packs alternate: sync and drop the page cache (root;
+# otherwise warm, with a warning), then k3run greedy on a fixed prompt with --json; decode s/token
+# = the median of the per-token times after the first token. The disk's bandwidth is measured
+# before each round (dd iflag=direct bs=16M of 2 GiB of the largest file pack B reads: a
+# checkpoint file for an in-place pack), and each run's I/O bound = its bytes read per token / that
+# bandwidth. Prints one line per run, each pack's weight bytes multiplied per token (trunk +
+# top-k experts, from k3inspect --plan), and the B / A ratio of s/token per budget.
 set -eu
-[ $# -ge 2 ] || { sed -n '2,14p' "$0"; exit 2; }
-normal=$(cd "$1" && pwd)
-inplace=$(cd "$2" && pwd)
+[ $# -ge 2 ] || { sed -n '2,17p' "$0"; exit 2; }
+packa=$(cd "$1" && pwd)
+packb=$(cd "$2" && pwd)
 threads=${3:-$(nproc)}
 ngen=${4:-32}
 rounds=${5:-2}
 BUDGETS=${BUDGETS:-"100 25"}
+LABELS=${LABELS:-"a b"}
+SAME_IDS=${SAME_IDS:-1}
+la=${LABELS%% *}
+lb=${LABELS#* }
 bin=${K3_BIN:-$(dirname "$0")/../../build/bin}
 PY=/usr/bin/python3
 prompt="In the beginning God created the heaven and the earth. And the earth was without form, and void"
-work=$(mktemp -d /tmp/k3bench-inplace.XXXXXX)
+work=$(mktemp -d /tmp/k3bench-pair.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
 drop() {
@@ -31,8 +37,25 @@ drop() {
     if [ -w /proc/sys/vm/drop_caches ]; then echo 3 > /proc/sys/vm/drop_caches
     else echo "warning: cannot drop the page cache (not root): numbers are warm" >&2; fi
 }
-pack_bytes=$(du -sb --apparent-size "$normal" | cut -f1)
-ckfile=$($PY -c 'import json,sys; m=json.load(open(sys.argv[1]+"/manifest.json")); print(sys.argv[1]+"/checkpoint/"+[f["name"] for f in m["checkpoint_files"] if not f.get("in_pack")][0])' "$inplace")
+pack_bytes=$(du -sb --apparent-size "$packa" | cut -f1)
+ckfile=$($PY - "$packb" <<'EOF'
+import json, os, sys
+p = sys.argv[1]
+m = json.load(open(p + "/manifest.json"))
+files = [p + "/checkpoint/" + f["name"] for f in m.get("checkpoint_files", []) if not f.get("in_pack")]
+files = files or [os.path.join(d, f) for d, _, fs in os.walk(p) for f in fs]
+print(max(files, key=os.path.getsize))
+EOF
+)
+for which in "$la" "$lb"; do    # the weight bytes a token multiplies, from the plan
+    p=$packa; [ "$which" = "$lb" ] && p=$packb
+    "$bin/k3inspect" --plan --budget "$pack_bytes" --json "$p" | $PY -c '
+import json, sys
+d = json.load(sys.stdin); e = d["experts"]
+print("%s: weights multiplied per token %.1f MB (trunk %.1f MB + %d x %d experts of %.2f MB)" % (sys.argv[1],
+      (d["trunk"]["bytes"] + e["moe_layers"] * e["top_k"] * e["record_bytes"]) / 1e6, d["trunk"]["bytes"] / 1e6,
+      e["moe_layers"], e["top_k"], e["record_bytes"] / 1e6))' "$which"
+done
 disk() {   # GB/s of an O_DIRECT sequential read of 2 GiB of a checkpoint file
     drop
     dd if="$ckfile" of=/dev/null bs=16M count=128 iflag=direct 2>&1 | sed -n 's/.* \([0-9.,]*\) \([GM]\)B\/s$/\1 \2/p' |
@@ -43,8 +66,8 @@ for r in $(seq 1 "$rounds"); do
     bw=$(disk)
     for b in $BUDGETS; do
         budget=$((pack_bytes * b / 100))
-        for which in normal inplace; do
-            p=$normal; [ "$which" = inplace ] && p=$inplace
+        for which in "$la" "$lb"; do
+            p=$packa; [ "$which" = "$lb" ] && p=$packb
             drop
             "$bin/k3run" -m "$p" -p "$prompt" -n "$ngen" -t "$threads" --budget "$budget" --json \
                 >"$work/$which-$b-$r.json" 2>"$work/err" || { cat "$work/err" >&2; exit 1; }
@@ -62,22 +85,23 @@ EOF
         done
     done
 done
-$PY - "$work" "$rounds" "$BUDGETS" <<'EOF'
+$PY - "$work" "$rounds" "$BUDGETS" "$la" "$lb" "$SAME_IDS" <<'EOF'
 import json, statistics, sys
-work, rounds, budgets = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
-ids = None
+work, rounds, budgets, la, lb = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4], sys.argv[5]
+same = sys.argv[6] == "1"
+ids = {}
 for b in budgets:
     ratios = []
     for r in range(1, rounds + 1):
-        a = json.load(open("%s/normal-%s-%d.json" % (work, b, r)))
-        c = json.load(open("%s/inplace-%s-%d.json" % (work, b, r)))
-        for d in (a, c):
-            if ids is None:
-                ids = d["generated_ids"]
-            assert d["generated_ids"] == ids, "the ids differ"
+        a = json.load(open("%s/%s-%s-%d.json" % (work, la, b, r)))
+        c = json.load(open("%s/%s-%s-%d.json" % (work, lb, b, r)))
+        for label, d in ((la, a), (lb, c)):
+            key = "every run" if same else label
+            ids.setdefault(key, d["generated_ids"])
+            assert d["generated_ids"] == ids[key], "the ids of %s differ" % key
         med = lambda d: statistics.median(t["seconds"] for t in d["tokens"][1:])
         ratios.append(med(c) / med(a))
-    print("budget %s%%: in place / normal s/token = %s (median %.3f)" % (
-        b, ", ".join("%.3f" % x for x in ratios), statistics.median(ratios)))
-print("the same ids in every run")
+    print("budget %s%%: %s / %s s/token = %s (median %.3f)" % (
+        b, lb, la, ", ".join("%.3f" % x for x in ratios), statistics.median(ratios)))
+print("the same ids in every run" if same else "each pack's ids the same in all its runs")
 EOF

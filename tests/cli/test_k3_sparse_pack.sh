@@ -12,7 +12,7 @@
 #     shard headers and sizes and manifests identical except for data hashes,
 #     generator, skipped (vision) tensors and the manifest checksum (checked in
 #     both); a full k3verify and tests/pack/check_pack.py's shard reader accept
-#     the sparse pack.
+#     the sparse pack; the same with --trunk q8 (the compact trunk's Q8 tensors and scales).
 # Environment (set by ctest): K3_MKPACK_SPARSE K3_BIN K3_SRC K3_TEST_DATA K3_TEST_TMP PYTHON
 set -eu
 T="$K3_TEST_TMP/k3_sparse_pack"
@@ -127,13 +127,15 @@ rm -rf "$P"
 
 # ------------------------------------------------ 2. tiny: same as k3pack's pack
 "$PYTHON" "$K3_SRC/tests/reference/make_checkpoint.py" --preset tiny --seed 1 --out "$T/ck" -q
-"$K3_BIN/k3pack" -q "$T/ck" -o "$T/real"
-"$K3_MKPACK_SPARSE" -q "$T/ck/config.json" "$T/ck" "$T/sparse"
-"$K3_BIN/k3verify" -q "$T/sparse" || fail "full k3verify rejects the tiny sparse pack"
+for trunk in exact q8; do
+rm -rf "$T/real" "$T/sparse"
+"$K3_BIN/k3pack" -q --trunk $trunk "$T/ck" -o "$T/real" 2>/dev/null
+"$K3_MKPACK_SPARSE" -q --trunk $trunk "$T/ck/config.json" "$T/ck" "$T/sparse"
+"$K3_BIN/k3verify" -q "$T/sparse" || fail "full k3verify rejects the tiny sparse pack (--trunk $trunk)"
 (cd "$T/real" && ls) >"$T/ls.real"
 (cd "$T/sparse" && ls) >"$T/ls.sparse"
 cmp "$T/ls.real" "$T/ls.sparse" || fail "different files"
-"$PYTHON" - "$T/real" "$T/sparse" "$K3_SRC/tests/pack" <<'EOF'
+"$PYTHON" - "$T/real" "$T/sparse" "$K3_SRC/tests/pack" "$trunk" <<'EOF'
 import json, os, struct, sys, xxhash
 real, sparse = sys.argv[1], sys.argv[2]
 sys.path.insert(0, sys.argv[3])
@@ -175,7 +177,10 @@ for m in (mr, ms):
     for t in m["tensors"]: t["xxh3_64"] = None
     for x in m["expert_layers"]: x["xxh3_64"] = None
 need(json.dumps(mr) == json.dumps(ms), "manifests differ beyond hashes")
-print("tiny: %d shards: headers byte-identical to k3pack's, manifests equal but for data hashes" % len(mr["shards"]))
+need(("trunk" in ms) == (sys.argv[4] == "q8"), "the manifest's trunk key")
+print("tiny, trunk %s: %d shards: headers byte-identical to k3pack's, manifests equal but for data hashes" % (
+      sys.argv[4], len(mr["shards"])))
 EOF
+done
 rm -rf "$T"
 echo "PASS"

@@ -9,6 +9,7 @@
 #  3. the same bytes for this pack at every budget and thread count: greedy and sampled ids
 #     resident, at the minimum budget, and in row pieces (K3_CHUNK=16K: the Q8 matrices are read
 #     by rows, their scales whole), 1 and 2 threads;
+#     (and the same logits and ids on every kernel path the CPU has: K3_ISA=scalar, avx2, avx512);
 #  4. every run says the trunk is inexact (stderr, also with -q; --json "trunk").
 # Environment (set by ctest): K3_BIN K3_SRC K3_TEST_TMP
 . "$(dirname "$0")/lib.sh"
@@ -35,6 +36,19 @@ for p in q8 deq.pk exact; do
 done
 cmp "$T/q8.logits" "$T/deq.pk.logits" || fail "the q8 pack's logits differ from the quantized model's"
 if cmp -s "$T/q8.logits" "$T/exact.logits"; then fail "the q8 pack's logits equal the exact model's"; fi
+# every kernel path this CPU has: the same logits (batches: the matrix-matrix kernels) and ids
+# (one token: the matrix-vector ones)
+want=$("$K3_BIN/k3run" -m "$T/q8" -p "And God said" -n 24 --print-ids 2>/dev/null)
+for isa in scalar avx2 avx512; do
+    if ! K3_ISA=$isa "$K3_BIN/k3run" -q -m "$T/q8" -p x -n 1 >/dev/null 2>&1; then
+        echo "skip: K3_ISA=$isa (this CPU lacks it)"; continue
+    fi
+    K3_ISA=$isa "$K3_BIN/k3run" -q -m "$T/q8" --perplexity "$T/data/kjv-heldout.txt" --context 128 --chunks 4 \
+        --save-logits "$T/q8-$isa.logits" >/dev/null 2>&1 || fail "perplexity with K3_ISA=$isa"
+    cmp -s "$T/q8-$isa.logits" "$T/q8.logits" || fail "K3_ISA=$isa: other logits"
+    [ "$(K3_ISA=$isa "$K3_BIN/k3run" -m "$T/q8" -p "And God said" -n 24 --print-ids 2>/dev/null)" = "$want" ] ||
+        fail "K3_ISA=$isa: other ids"
+done
 
 # 3. the same bytes at every budget, thread count and in row pieces
 min=$("$K3_BIN/k3run" -m "$T/q8" -p x --budget 1M 2>&1 | sed -n 's/.*minimum of [0-9.]* GiB (\([0-9]*\) bytes.*/\1/p')

@@ -31,6 +31,10 @@
  * .safetensors file per MoE layer holding its routed experts' tensors under their
  * checkpoint names, sorted by name as the safetensors library writes them (so an
  * expert's six tensors are adjacent: w1, w2, w3), and the pack links to it.
+ *
+ * --trunk q8: the compact trunk's layout (FORMAT.md 3.1, as k3pack --trunk q8): its
+ * quantized matrices as Q8 codes with their NAME_scale tensors (zero codes and
+ * scale code 0, i.e. zero weights), for the plan and the bytes of a q8 K3.
  */
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -216,8 +220,10 @@ static k3_err write_shard(const char *dir, pk_shard *sh, const uint8_t *img, siz
 
 /* ------------------------------------------------- --experts-in-place */
 
-enum { O_IN_PLACE = K3_OPT_USER };
+enum { O_IN_PLACE = K3_OPT_USER, O_TRUNK };
 static const k3_opt opts[] = {
+    {O_TRUNK, 0, "trunk", "exact|q8", NULL, NULL,
+     "q8: the compact trunk's tensors (Q8 codes and their E8M0 scales, format 3, as k3pack --trunk q8)"},
     {O_IN_PLACE, 0, "experts-in-place", "CKPT_DIR", NULL, NULL,
      "also write a sparse checkpoint of the routed experts into CKPT_DIR (new or empty) and make the pack read "
      "them there (format 3, as k3pack --experts-in-place)"},
@@ -372,7 +378,9 @@ int main(int argc, char **argv)
     }
     if (a.n_pos != 3) return k3_usage_error("expected CONFIG.json TOKENIZER_DIR OUT_DIR");
     const char *cfg_path = a.pos[0], *tok_dir = a.pos[1], *out = a.pos[2];
-    const char *ckpt = k3_opt_str(&a, O_IN_PLACE);
+    const char *ckpt = k3_opt_str(&a, O_IN_PLACE), *trunk = k3_opt_str(&a, O_TRUNK);
+    int q8 = trunk && !strcmp(trunk, "q8");
+    if (trunk && !q8 && strcmp(trunk, "exact")) return k3_usage_error("'--trunk' takes exact or q8");
     double t0 = k3_now();
 
     static const char *const tok_names[2] = {"tiktoken.model", "tokenizer_config.json"};
@@ -387,7 +395,7 @@ int main(int argc, char **argv)
     struct stat st;
     k3_err e = k3_read_file(cfg_path, 64u << 20, &cfg_text, &cfg_len, &d);
     if (!e) e = k3_config_parse(cfg_text, cfg_len, cfg_path, &cfg, &d);
-    if (!e) e = pk_plan_build(&plan, cfg_text, cfg_len, PK_EXPERTS_AUTO, 0, &d);
+    if (!e) e = pk_plan_build(&plan, cfg_text, cfg_len, PK_EXPERTS_AUTO, q8, &d);
     if (!e && (stat(tok_dir, &st) != 0 || !S_ISDIR(st.st_mode)))
         e = k3_fail(&d, K3_ERR_NOT_FOUND, "'%s' is not a directory", tok_dir);
     if (!e) e = self_check(&d);
@@ -405,7 +413,8 @@ int main(int argc, char **argv)
 
     /* the manifest, as pk_finish_pack builds it */
     json_error_t je;
-    m.format_version = ckpt ? K3_PACK_VERSION_MAX : K3_PACK_VERSION;
+    m.format_version = ckpt || q8 ? K3_PACK_VERSION_MAX : K3_PACK_VERSION;
+    m.trunk_q8 = q8;
     m.generator = strdup(GENERATOR);
     m.name_prefix = strdup(k3_config_prefix(&plan.cfg));
     m.config = json_loadb(plan.config_text, plan.config_len, JSON_REJECT_DUPLICATES, &je);
