@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "decode.h"
+#include "dist.h"
 #include "engine.h"
 #include "k3_error.h"
 #include "k3_file.h"
@@ -270,6 +271,15 @@ static int render_chat_cmd(const k3_tok *tok, const char *path, int json)
 int main(int argc, char **argv)
 {
     k3_log_init(argv[0]);
+    {   /* under mpirun: one process per rank (dist.h); only rank 0 writes the output */
+        k3_diag dd = {0};
+        if (k3_dist_init(&argc, &argv, &dd)) {
+            fprintf(stderr, "%s: %s\n", k3_log_prog(), dd.msg);
+            return k3_exit_code(K3_ERR_USAGE);
+        }
+        atexit(k3_dist_finalize);
+        if (k3_dist_rank() > 0 && k3_dist_quiet()) return K3_EXIT_IO;   /* rank 0 speaks for all */
+    }
     if (argc > 1 && !strcmp(argv[1], "chat")) return k3_chat_main(argc - 1, argv + 1);   /* k3run chat ... */
     if (argc > 1 && !strcmp(argv[1], "serve")) return k3_serve_main(argc - 1, argv + 1); /* k3run serve ... */
     k3_args a;

@@ -12,9 +12,10 @@ set -eu
 # strace: the k3pack kill tests stop it at exact system calls (pack_resume, pack_faults);
 # bible-kjv-text + its reader bible-kjv: the demo model's training and held-out text;
 # libedit-dev: line editing and history in `k3run chat` (BSD-licensed, Debian's editline);
-# libmicrohttpd-dev: the HTTP server of `k3run serve`; curl: the server's tests
+# libmicrohttpd-dev: the HTTP server of `k3run serve`; curl: the server's tests;
+# libopenmpi-dev + openmpi-bin: experts across MPI ranks (`mpirun -n R k3run`; k3 builds without them)
 PKGS="gcc make cmake pkg-config libzstd-dev libxxhash-dev libarchive-dev libjansson-dev
-      libpcre2-dev libedit-dev libmicrohttpd-dev curl python3 python3-numpy python3-regex python3-xxhash
+      libpcre2-dev libedit-dev libmicrohttpd-dev libopenmpi-dev openmpi-bin curl python3 python3-numpy python3-regex python3-xxhash
       zstd bc strace bible-kjv bible-kjv-text"
 if [ "${1:-}" = "--train" ]; then
     PKGS="$PKGS python3-torch libopenblas0-pthread"

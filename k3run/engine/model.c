@@ -253,6 +253,7 @@ void k3_model_free(k3_model *m)
                     m->xl, m->yl, m->Y, m->xe, m->ye, m->uniq, m->tok_of, m->slot_of, m->ex, m->seen,
                     m->logits, m->kda_work};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    free(m->dist_rows);
     free(m);
 }
 

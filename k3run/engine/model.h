@@ -67,6 +67,12 @@ uint64_t k3_model_scratch_bytes(const k3_model *m); /* buffers + states + cache 
  * k3_model_logits_row may be called. After the commit, k3_model_logits is
  * row n - 1's.
  */
+/* Experts across MPI ranks (dist.h, model_dist.c). On a rank other than 0: serve rank 0's MoE
+   work with this rank's experts until rank 0 stops (K3_OK) or an exchange fails. On rank 0: tell
+   the other ranks to stop (before the model is freed; nothing on one rank). */
+k3_err k3_model_serve_experts(k3_model *m, k3_diag *d);
+void k3_model_dist_stop(k3_model *m);
+
 k3_err k3_model_verify(k3_model *m, const int32_t *ids, uint32_t T, k3_diag *d);
 k3_err k3_model_commit(k3_model *m, uint32_t n, k3_diag *d);
 

@@ -4,8 +4,8 @@
  * only, renormalised weights times the scaling factor, latent down/up
  * projections, latent norm, shared experts.
  *
- * A batch reads each chosen expert once: the batch's experts are acquired
- * together, and each expert multiplies all the tokens that chose it at once.
+ * The routed experts themselves are model_experts.c's (this process's share)
+ * and model_dist.c's (the other MPI ranks' share, dist.h).
  *
  * Lookahead (issue 16): at the end of each FFN, the next layer's router is
  * applied to the hidden state as it stands (its AttnRes mix and norm without
@@ -70,52 +70,12 @@ static void top_k(float *sel, uint32_t E, uint32_t k, int32_t *idx)
     }
 }
 
-/*
- * Experts ex[wl[0..nw)] of a one-token step, all in one parallel region: the gate and up rows
- * of all of them as one list of 32-row blocks, then their GLU, then the down rows into the
- * slots ws[] of Y. Each output element is one row's dot product in the canonical order and
- * the GLU is element-wise, so how the lists are split between threads changes no bit; one
- * region instead of three (or five, with the GLU) per expert. xl [Dl]; g, u [nw][Ie].
- */
-static void experts_wave(k3_model *m, const float *xl, const int32_t *wl, const int32_t *ws, int nw)
-{
-    const k3_dims *z = &m->d;
-    const uint32_t Ie = z->Ie, Dl = z->Dl, BR = K3_KERN_BLOCK;
-    const long nb1 = (long)((Ie + BR - 1) / BR), nb2 = (long)((Dl + BR - 1) / BR);
-    const long n1 = 2L * nw * nb1, n2 = (long)nw * nb2, ng = (long)(((size_t)nw * Ie + 511) / 512);
-    float *G = m->g, *U = m->u, *Y = m->Y;
-    const k3_expert *ex = m->ex;
-#pragma omp parallel
-    {
-#pragma omp for schedule(static)
-        for (long i = 0; i < n1; i++) {
-            long e = i / (2 * nb1), r = i % (2 * nb1), blk = r % nb1;
-            const k3_mat *W = r < nb1 ? &ex[wl[e]].w1 : &ex[wl[e]].w3;
-            float *y = (r < nb1 ? G : U) + (size_t)e * Ie;
-            uint32_t r0 = (uint32_t)blk * BR, r1 = Ie - r0 < BR ? Ie : r0 + BR;
-            k3_matmul_rows(m->o.isa, W, xl, Dl, 1, y, Ie, r0, r1);
-        }
-#pragma omp for schedule(static)
-        for (long j = 0; j < ng; j++) {
-            size_t i0 = (size_t)j * 512, n = (size_t)nw * Ie - i0 < 512 ? (size_t)nw * Ie - i0 : 512;
-            k3_glu_part(m, G + i0, U + i0, n);
-        }
-#pragma omp for schedule(static)
-        for (long i = 0; i < n2; i++) {
-            long e = i / nb2, blk = i % nb2;
-            uint32_t r0 = (uint32_t)blk * BR, r1 = Dl - r0 < BR ? Dl : r0 + BR;
-            k3_matmul_rows(m->o.isa, &ex[wl[e]].w2, G + (size_t)e * Ie, Ie, 1, Y + (size_t)ws[e] * Dl, Dl,
-                           r0, r1);
-        }
-    }
-}
-
 k3_err k3_moe(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3_diag *d)
 {
     const k3_dims *z = &m->d;
     const k3_config *c = m->cfg;
     k3_weights *w = m->w;
-    uint32_t E = z->E, k = z->k, Dl = z->Dl, Ie = z->Ie;
+    uint32_t E = z->E, k = z->k, Dl = z->Dl;
     float *s = m->logits_e;                                           /* [T][E] */
     int fused;
     {   /* the products of x in one region: router, latent down, the shared experts' gate and up */
@@ -162,59 +122,11 @@ k3_err k3_moe(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3
     }
     /* latent input */
     const float *xl = c->routed_expert_hidden_size ? m->xl : x;
-    /* the batch's experts, ascending, acquired together */
-    uint32_t nu = 0;
-    memset(m->seen, 0, E * sizeof *m->seen);
-    for (uint32_t i = 0; i < T * k; i++) m->seen[m->idx[i]]++;
-    for (uint32_t e = 0; e < E; e++) if (m->seen[e]) m->uniq[nu++] = (int32_t)e;
-    /* in groups the expert cache can hold at once (all of them when resident) */
-    uint32_t cap = k3w_expert_capacity(w);
-    int waves = T == 1 && omp_get_max_threads() > 1;
-    for (uint32_t g0 = 0; g0 < nu; g0 += cap) {
-        uint32_t gn = nu - g0 < cap ? nu - g0 : cap;
-        k3_err err = k3w_experts_acquire(w, layer, m->uniq + g0, m->seen, (int)gn, m->ex, d);
-        if (err) return err;
-        while (waves) {                   /* one token: the experts at hand in one parallel region */
-            int nr = k3w_experts_ready(w), nw = 0;
-            int32_t *wl = m->tok_of, *ws = m->slot_of;                   /* [k] ex index, slot */
-            do {
-                int uj;
-                if ((err = k3w_experts_next(w, &uj, d))) return err;
-                if (uj < 0) break;
-                int32_t e = m->uniq[g0 + (uint32_t)uj];
-                uint32_t j = 0;
-                while (m->idx[j] != e) j++;                               /* its slot (one token) */
-                wl[nw] = uj;
-                ws[nw++] = (int32_t)j;
-            } while (nw < nr);
-            if (!nw) break;
-            experts_wave(m, xl, wl, ws, nw);
-        }
-        for (; !waves;) {                 /* cached experts first, the others as their reads land */
-            int uj;
-            if ((err = k3w_experts_next(w, &uj, d))) return err;
-            if (uj < 0) break;
-            uint32_t u = (uint32_t)uj;
-            int32_t e = m->uniq[g0 + u];
-            uint32_t n = 0;                                           /* tokens that chose e */
-            for (uint32_t t = 0; t < T; t++)
-                for (uint32_t j = 0; j < k; j++)
-                    if (m->idx[(size_t)t * k + j] == e) {
-                        memcpy(m->xe + (size_t)n * Dl, xl + (size_t)t * Dl, Dl * sizeof(float));
-                        m->tok_of[n] = (int32_t)t;
-                        m->slot_of[n] = (int32_t)j;
-                        n++;
-                    }
-            k3_matmul(m->o.isa, &m->ex[u].w1, m->xe, Dl, n, m->g, Ie);  /* [n][Ie] */
-            k3_matmul(m->o.isa, &m->ex[u].w3, m->xe, Dl, n, m->u, Ie);
-            k3_glu(m, m->g, m->u, n * Ie);
-            k3_matmul(m->o.isa, &m->ex[u].w2, m->g, Ie, n, m->ye, Dl);  /* [n][Dl] */
-            for (uint32_t r = 0; r < n; r++)
-                memcpy(m->Y + ((size_t)m->tok_of[r] * k + m->slot_of[r]) * Dl, m->ye + (size_t)r * Dl,
-                       Dl * sizeof(float));
-        }
-        k3w_experts_release(w, layer);
-    }
+    /* the routed experts: this process's own, and across ranks the others' (model_dist.c) */
+    k3_err err;
+    if (k3_dist_size() > 1 && (err = k3_dist_moe_send(m, layer, T, xl, d))) return err;
+    if ((err = k3_moe_experts(m, layer, T, xl, d))) return err;
+    if (k3_dist_size() > 1 && (err = k3_dist_moe_collect(m, T, d))) return err;
     /* weighted sum in slot order, fp32 */
     for (uint32_t t = 0; t < T; t++) {
         float *yl = m->yl + (size_t)t * Dl;
@@ -332,13 +244,16 @@ static void lookahead(k3_model *m, int layer, uint32_t T, const float *out)
         top_k(m->sel, E, k, m->idx + (size_t)t * k);
         for (uint32_t j = 0; j < ka; j++) m->seen[m->idx[(size_t)t * k + j]]++;
     }
+    const int R = k3_dist_size(), me = k3_dist_rank();
+    uint32_t nu = 0;
     if (T == 1) {                                   /* one token: its own order, likeliest first */
-        k3w_experts_prefetch(w, nx, m->idx, (int)ka);
+        for (uint32_t j = 0; j < ka; j++)
+            if (k3_dist_owner((uint32_t)m->idx[j], R) == me) m->uniq[nu++] = m->idx[j];
+        k3w_experts_prefetch(w, nx, m->uniq, (int)nu);
         return;
     }
-    uint32_t nu = 0;                                /* a batch: named by the most tokens first */
-    for (uint32_t cnt = T; cnt > 0; cnt--)
+    for (uint32_t cnt = T; cnt > 0; cnt--)          /* a batch: named by the most tokens first */
         for (uint32_t e = 0; e < E; e++)
-            if (m->seen[e] == cnt) m->uniq[nu++] = (int32_t)e;
+            if (m->seen[e] == cnt && k3_dist_owner(e, R) == me) m->uniq[nu++] = (int32_t)e;
     k3w_experts_prefetch(w, nx, m->uniq, (int)nu);
 }

@@ -9,6 +9,7 @@
 #include "k3_config.h"
 #include "k3_par.h"
 #include "model.h"
+#include "dist.h"
 #include "model_shape.h"
 
 typedef struct kda_state {
@@ -72,6 +73,8 @@ struct k3_model {
     float *logits;                /* [B or 1][V] */
     uint32_t n_logits;            /* rows of logits from the last forward */
     uint64_t bytes;               /* everything above (= k3_model_shape total for its dims) */
+    float *dist_rows;             /* [B*k][Dl] expert outputs to or from another rank (model_dist.c; NULL in one
+                                     process; not in the plan: docs/PERFORMANCE.md "Experts across ranks") */
 };
 
 /* Fixed-order helpers (model_ops.c). The same code runs on every ISA. */
@@ -90,6 +93,12 @@ void k3_kda_commit(k3_model *m, int layer, uint32_t n);
 k3_err k3_mla(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3_diag *d);
 k3_err k3_dense(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3_diag *d);
 k3_err k3_moe(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3_diag *d);
+/* the routed experts of this rank only (model_ffn.c): Y's slots whose expert it owns */
+k3_err k3_moe_experts(k3_model *m, int layer, uint32_t T, const float *xl, k3_diag *d);
+/* experts across ranks (model_dist.c, rank 0's side): send a MoE layer's work (m->idx [T][k], xl
+   [T][Dl]) to the other ranks; collect their slots of Y after this rank computed its own */
+k3_err k3_dist_moe_send(k3_model *m, int layer, uint32_t T, const float *xl, k3_diag *d);
+k3_err k3_dist_moe_collect(k3_model *m, uint32_t T, k3_diag *d);
 
 /* y [T][rows] = W x [T][cols] with the model's ISA */
 void k3_lin(const k3_model *m, const k3_tensor *t, const float *x, uint32_t T, float *y);

@@ -275,8 +275,8 @@ k3_err k3_weights_load(k3_weights *w, const k3_weights_opts *o, k3_diag *d)
     if (!e) e = link_scales(w, d);
     if (!e) e = build_index(w, d);
     if (!e) e = k3w_build_units(w, d);
-    if (!e) e = open_embed(w, pp, d);
-    if (!e) e = k3w_load_units(w, pp, d);
+    if (!e && !o->no_trunk) e = open_embed(w, pp, d);
+    if (!e && !o->no_trunk) e = k3w_load_units(w, pp, d);
     if (!e) e = k3w_load_experts(w, pp, d);
     if (pp) k3_progress_end(pp);
     if (!e && o->expert_slots) e = k3w_cache_init(w, d);

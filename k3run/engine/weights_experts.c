@@ -149,6 +149,15 @@ static k3_err open_sources(k3_weights *w, k3_diag *d)
     return e;
 }
 
+/* Experts across ranks (dist.h): this rank holds the records r with r % ranks == rank only; a
+   resident layer keeps them packed, record r at index r / ranks. */
+static uint64_t own_ranks(const k3_weights *w) { return w->o.ranks > 1 ? (uint64_t)w->o.ranks : 1; }
+static uint64_t own_count(const k3_weights *w, uint64_t count)
+{
+    uint64_t R = own_ranks(w), me = (uint64_t)w->o.rank;
+    return count > me ? (count - me + R - 1) / R : 0;
+}
+
 /*
  * Resident: every record of every layer read by the reader threads (O_DIRECT where the shard
  * allows, in parallel, a deep queue for the disk) and hash-checked there, as the cache reads a
@@ -161,10 +170,11 @@ static k3_err load_resident(k3_weights *w, uint64_t n_records, k3_progress *pg, 
     if (!jobs || !q) { free(jobs); free(q); return k3_fail(d, K3_ERR_NOMEM, "out of memory"); }
     uint64_t n = 0;
     int nq = 0;
+    const uint64_t R = own_ranks(w), me = (uint64_t)w->o.rank;
     for (uint32_t l = 0; l < w->n_layers; l++) {
         expert_layer *el = &w->experts[l];
-        for (uint64_t r = 0; el->data && r < el->count; r++, n++) {
-            record_job(el, r, el->data + r * el->stride, w->o.verify_reads, &jobs[n]);   /* [stride] each */
+        for (uint64_t r = me; el->data && r < el->count; r += R, n++) {       /* this rank's records */
+            record_job(el, r, el->data + r / R * el->stride, w->o.verify_reads, &jobs[n]);   /* [stride] each */
             q[nq++] = &jobs[n];
             if (nq == 4096) { k3io_submit(w->io, q, nq); nq = 0; }
         }
@@ -175,7 +185,7 @@ static k3_err load_resident(k3_weights *w, uint64_t n_records, k3_progress *pg, 
     n = 0;
     for (uint32_t l = 0; l < w->n_layers; l++) {       /* wait for every job, even after a failure */
         expert_layer *el = &w->experts[l];
-        for (uint64_t r = 0; el->data && r < el->count; r++, n++) {
+        for (uint64_t r = me; el->data && r < el->count; r += R, n++) {
             k3io_job *j = &jobs[n];
             if (k3io_wait(w->io, j)) {
                 if (!e) e = record_fail(el, l, r, j->bad_hash, j->why, d);
@@ -274,11 +284,12 @@ k3_err k3w_load_experts(k3_weights *w, k3_progress *pg, k3_diag *d)
             if (!el->slot || !el->uses) e = k3_fail(d, K3_ERR_NOMEM, "out of memory");
             for (uint64_t r = 0; !e && r < me->count; r++) el->slot[r] = -1;
             if (me->stride > w->slot_bytes) w->slot_bytes = me->stride;
-        } else if (!e) {                        /* resident: every record, read below */
-            if (me->count > (SIZE_MAX - 4096) / me->stride ||
-                posix_memalign((void **)&el->data, 4096, (size_t)(me->count * me->stride)))
+        } else if (!e) {                        /* resident: every record this rank owns, read below */
+            uint64_t own = own_count(w, me->count);
+            if (own > (SIZE_MAX - 4096) / me->stride ||
+                posix_memalign((void **)&el->data, 4096, (size_t)((own ? own : 1) * me->stride)))
                 e = k3_fail(d, K3_ERR_NOMEM, "out of memory for the experts of layer %u", me->layer);
-            n_records += me->count;
+            n_records += own;
         }
         k3_shard_header_free(&h);
         if (fd >= 0) close(fd);
@@ -527,9 +538,14 @@ k3_err k3w_experts_acquire(k3_weights *w, int layer, const int32_t *ids, const u
     w->acq_layer = layer;
     w->acq_ids = ids;
     w->acq_next = 0;
+    const uint64_t R = own_ranks(w);
+    for (int j = 0; j < n; j++)
+        if ((uint64_t)ids[j] % R != (uint64_t)w->o.rank)
+            return k3_fail(d, K3_ERR_INTERNAL, "layer %d: expert %d belongs to rank %d, not to this rank (%d)", layer,
+                           (int)ids[j], (int)((uint64_t)ids[j] % R), w->o.rank);
     if (!w->o.expert_slots) {
         for (int j = 0; j < n; j++)
-            fill_expert(el, el->data + (uint64_t)ids[j] * el->stride + rec_lead(el, (uint64_t)ids[j]), &out[j]);
+            fill_expert(el, el->data + (uint64_t)ids[j] / R * el->stride + rec_lead(el, (uint64_t)ids[j]), &out[j]);
         w->acq_n = w->acq_hits = n;
         return K3_OK;
     }

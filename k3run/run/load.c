@@ -12,8 +12,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "dist.h"
 #include "k3_log.h"
 #include "k3_sys.h"
+#include "session.h"
 
 /* Run `k3verify -q PACK` from k3run's own directory. */
 static k3_err run_verify(const char *pack, k3_diag *d)
@@ -44,6 +46,61 @@ static k3_err run_verify(const char *pack, k3_diag *d)
     return K3_OK;
 }
 
+/*
+ * Experts across MPI ranks (dist.h): every rank loads the same pack, rank 0 the trunk and its
+ * share of the experts, the others their share only. A rank's failure is rank 0's to report:
+ * agree() gathers every rank's status at rank 0 and hands the first failure to all, so rank 0
+ * names it (with the rank) and the others exit quietly (worker_exit).
+ */
+static k3_err agree(k3_err mine, const k3_diag *md, k3_diag *d)
+{
+    const int R = k3_dist_size(), me = k3_dist_rank();
+    if (R <= 1) return mine;
+    struct { int32_t rank, code; char msg[480]; } st = {me, mine, {0}}, first = {-1, 0, {0}};
+    if (mine) snprintf(st.msg, sizeof st.msg, "%.479s", md->msg);
+    k3_diag td;
+    if (me == 0) {
+        if (mine) first = st;
+        for (int r = 1; r < R; r++) {
+            if (k3_dist_recv(r, 9, &st, sizeof st, &td)) k3_dist_abort(K3_EXIT_IO);
+            if (st.code && first.rank < 0) first = st;
+        }
+    } else if (k3_dist_send(0, 9, &st, sizeof st, &td)) {
+        k3_dist_abort(K3_EXIT_IO);
+    }
+    if (k3_dist_bcast(&first, sizeof first, &td)) k3_dist_abort(K3_EXIT_IO);
+    if (first.rank < 0) return K3_OK;
+    first.msg[sizeof first.msg - 1] = 0;
+    if (first.rank == me && me == 0) return mine;   /* d already says it */
+    return k3_fail(d, (k3_err)first.code, "rank %d of %d: %s", first.rank, R, first.msg);
+}
+
+/* A rank other than 0 after a failure rank 0 reports, or after serving: leave without a word. */
+static void worker_exit(k3_loaded *l, k3_err e)
+{
+    k3_loaded_free(l);
+    k3_dist_finalize();
+    exit(e ? k3_exit_code(e) : K3_EXIT_OK);
+}
+
+/* Every rank has the same pack: the manifests' own XXH3-64 (session.h's pack identity). */
+static k3_err same_pack(const char *pack, k3_diag *d)
+{
+    const int R = k3_dist_size();
+    uint64_t id = 0, all[256];
+    k3_diag md = {0};
+    if (R > 256) return k3_fail(d, K3_ERR_USAGE, "%d ranks: k3run takes at most 256", R);
+    k3_err e = k3_pack_identity(pack, &id, &md);
+    if ((e = agree(e, &md, d))) return e;
+    if ((e = k3_dist_allgather64(id, all, d))) return e;
+    for (int r = 1; r < R; r++)
+        if (all[r] != all[0])
+            return k3_fail(d, K3_ERR_USAGE, "rank %d has another pack than rank 0 ('%s': manifest %016llx, "
+                           "rank 0's %016llx): every rank must run the same pack", r, pack,
+                           (unsigned long long)all[r], (unsigned long long)all[0]);
+    return K3_OK;
+}
+
 k3_err k3_load_plan(const k3_load_opts *o, k3_loaded *l, int *usage, k3_diag *d)
 {
     memset(l, 0, sizeof *l);
@@ -60,24 +117,33 @@ k3_err k3_load_plan(const k3_load_opts *o, k3_loaded *l, int *usage, k3_diag *d)
         budget = k3_machine_memory(&src);
         uint64_t keep = budget / 10 > (512ull << 20) ? budget / 10 : (512ull << 20);
         budget = budget > keep ? budget - keep : 0;
-        if (k3_log_level() >= 1)
+        if (k3_log_level() >= 1 && k3_dist_rank() == 0)
             fprintf(stderr, "%s: no --budget: using %.2f GiB (%s, less a margin)\n", k3_log_prog(),
                     budget / 1073741824.0, src);
     }
     static k3_geometry geo;                          /* ~8 KiB: not on the stack */
+    if (k3_dist_size() > 1 && (e = same_pack(o->pack, d))) {      /* before anything is read */
+        if (k3_dist_rank() > 0) worker_exit(l, e);
+        return e;
+    }
     e = k3_weights_open(o->pack, &l->w, d);         /* the manifest and config only */
     if (!e) e = k3_geometry_from_manifest(k3w_manifest(l->w), k3w_config(l->w), &geo, d);
     if (!e) e = k3_plan_with_snapshots(k3w_config(l->w), &geo, budget, o->context, o->batch, o->all_logits,
                                        o->snapshots, o->spec_tokens, &l->plan, d);
-    if (!e && o->spec_tokens && !l->plan.verify_tokens && k3_log_level() >= 1)
+    if (!e && o->spec_tokens && !l->plan.verify_tokens && k3_log_level() >= 1 && k3_dist_rank() == 0)
         fprintf(stderr, "%s: no speculative decoding: the budget has no room for its buffers\n", k3_log_prog());
+    if (k3_dist_size() > 1) {
+        k3_diag md = *d;
+        e = agree(e, &md, d);
+        if (e && k3_dist_rank() > 0) worker_exit(l, e);
+    }
     if (e) {
         *usage = e == K3_ERR_USAGE;
         return e;
     }
     l->geo = &geo;
     const k3_plan *p = &l->plan;
-    if (o->report || k3_log_level() >= 2)
+    if ((o->report || k3_log_level() >= 2) && k3_dist_rank() == 0)
         fprintf(stderr, "%s: plan for %.2f GiB: %.2f GiB resident (trunk %.2f, %u units streamed through "
                 "%.2f GiB of buffers, model buffers %.2f, experts %s%.2f in %llu slots); expected %.1f MiB read "
                 "per token\n", k3_log_prog(), p->budget / 1073741824.0, p->resident / 1073741824.0,
@@ -87,14 +153,49 @@ k3_err k3_load_plan(const k3_load_opts *o, k3_loaded *l, int *usage, k3_diag *d)
     return K3_OK;
 }
 
+/*
+ * A rank other than 0 holds no trunk: what rank 0's plan spends on it (resident units, stream
+ * buffers) and on its expert cache is this rank's for its share of the experts, all resident if
+ * they fit. (The plan of each rank on its own is k3inspect --plan's to show; docs/PERFORMANCE.md.)
+ */
+static void worker_experts(const k3_plan *p, const k3_geometry *g, k3_weights_opts *wo)
+{
+    const uint64_t R = (uint64_t)k3_dist_size(), me = (uint64_t)k3_dist_rank();
+    uint64_t per = g->n_moe_layers ? g->n_experts_total / g->n_moe_layers : 0;
+    uint64_t own = (per > me ? (per - me + R - 1) / R : 0) * g->n_moe_layers;
+    uint64_t avail = p->trunk_resident + p->stream_buffers + p->expert_cache;
+    uint64_t stride = g->expert_stride ? g->expert_stride : 1;
+    if (own * stride <= avail) wo->expert_slots = 0;                 /* all its experts resident */
+    else wo->expert_slots = avail / stride > p->expert_slots ? avail / stride : p->expert_slots;
+    wo->unit_streamed = NULL;
+    wo->no_trunk = 1;
+}
+
 k3_err k3_load_model(const k3_load_opts *o, k3_loaded *l, k3_diag *d)
 {
     const k3_plan *p = &l->plan;
-    l->wo = (k3_weights_opts){.verify_reads = o->verify_reads, .progress = 1,
+    const int me = k3_dist_rank();
+    l->wo = (k3_weights_opts){.verify_reads = o->verify_reads, .progress = me == 0,
                               .expert_slots = p->experts_all_resident ? 0 : p->expert_slots,
                               .unit_streamed = p->n_streamed ? p->unit_streamed : NULL,
-                              .chunk = p->chunk};
+                              .chunk = p->chunk, .rank = me, .ranks = k3_dist_size()};
+    if (me > 0) worker_experts(p, l->geo, &l->wo);
     k3_err e = k3_weights_load(l->w, &l->wo, d);
+    if (k3_dist_size() > 1) {
+        k3_diag md = *d;
+        if (!e) {
+            k3_model_opts mo = {.max_batch = o->batch, .context = o->context, .isa = o->isa,
+                                .max_verify = p->verify_tokens};
+            if (me > 0) e = k3_model_new(l->w, &mo, &l->m, d);
+        }
+        md = *d;
+        e = agree(e, &md, d);
+        if (me > 0) {                   /* serve rank 0 until it stops: this process ends here */
+            if (!e && (e = k3_model_serve_experts(l->m, d)))
+                fprintf(k3_dist_err(), "%s: rank %d: %s\n", k3_log_prog(), me, d->msg);
+            worker_exit(l, e);
+        }
+    }
     if (e) return e;
     if (k3w_trunk_q8(l->w))               /* every run, -q or not: the text is not the exact model's */
         fprintf(stderr, "%s: note: this pack's trunk is compact (Q8, k3pack --trunk q8): INEXACT, its text differs "
@@ -107,6 +208,7 @@ k3_err k3_load_model(const k3_load_opts *o, k3_loaded *l, k3_diag *d)
 
 void k3_loaded_free(k3_loaded *l)
 {
+    if (l->m && k3_dist_rank() == 0) k3_model_dist_stop(l->m);  /* the other ranks stop serving */
     k3_model_free(l->m);
     k3_weights_free(l->w);
     memset(l, 0, sizeof *l);

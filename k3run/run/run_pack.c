@@ -17,6 +17,7 @@
 
 #include <jansson.h>
 
+#include "dist.h"
 #include "dump.h"
 #include "load.h"
 #include "generate.h"
@@ -290,6 +291,9 @@ checked:
             json_object_set_new(doc, "expert_slots", json_integer((json_int_t)plan.expert_slots));
             json_object_set_new(doc, "experts_in_place_layers", json_integer((json_int_t)k3w_in_place_layers(w)));
             json_object_set_new(doc, "trunk", json_string(k3w_trunk_q8(w) ? "q8 (inexact)" : "exact"));
+            json_object_set_new(doc, "ranks", json_integer(k3_dist_size()));   /* MPI ranks (dist.h) */
+            json_object_set_new(doc, "network_bytes_sent", json_integer((json_int_t)k3_dist_bytes_sent()));
+            json_object_set_new(doc, "network_bytes_received", json_integer((json_int_t)k3_dist_bytes_received()));
             json_object_set_new(doc, "expert_hits", json_integer((json_int_t)ws.expert_hits));
             json_object_set_new(doc, "expert_misses", json_integer((json_int_t)ws.expert_misses));
             json_object_set_new(doc, "io_wait_seconds", json_real(ws.wait_seconds));

@@ -1,0 +1,185 @@
+"""k3run across MPI ranks (issue 19; k3run/dist/dist.h): `mpirun -n R k3run ...` divides the routed
+experts of every MoE layer among R processes (expert e on rank e % R), each reading, caching and
+multiplying only its own within its own --budget, and rank 0 combines their outputs in k3's order.
+
+  - the text is the single process's, byte for byte, at 1, 2, 3 and 4 ranks, greedy and seeded, on
+    tiny, small and the trained demo model, at the planner's minimum budget per rank (below each
+    rank's share of the experts), and resident; with speculative decoding; a chat session saved at
+    2 ranks and continued at 3 equals one process that never stopped;
+  - rank 0 acquires only its own experts (its expert count falls as 1/R);
+  - a rank given another pack is refused before any weight is read, by rank 0, naming the rank;
+  - a rank whose expert shard is damaged stops every rank with rank 0's message naming that rank
+    and the shard;
+  - a rank killed mid-generation: every process is gone within seconds, the job exits non-zero
+    and says which rank died.
+One process per rank, on this machine (--oversubscribe). Where k3run is built without MPI
+(K3_MPI_BUILT=0: K3_MPI=OFF or no Open MPI), only TestWithoutMpi runs: under mpirun such a k3run
+refuses to start (each rank would otherwise run the whole model alone) and says how to get MPI."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+import unittest
+
+from runlib import BIN, TMP, kjv_pack, make_pack, minimum_budget, run
+
+K3RUN = os.path.join(BIN, "k3run")
+ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMPI_MCA_rmaps_base_oversubscribe": "1",
+       "OMPI_MCA_btl_vader_single_copy_mechanism": "none", "OMP_WAIT_POLICY": "passive"}
+
+
+def mpirun(n, args, check=True, timeout=300, mpmd=None):
+    cmd = ["mpirun", "-n", str(n), K3RUN] + args
+    if mpmd:                                   # another program for the last ranks: [(n, args)]
+        for m, a in mpmd:
+            cmd += [":", "-n", str(m), K3RUN] + a
+    e = dict(os.environ)
+    e.update(ENV)
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=e, timeout=timeout)
+    if check and p.returncode != 0:
+        raise AssertionError("%s failed (%d): %s" % (" ".join(cmd), p.returncode, p.stderr.decode(errors="replace")))
+    return p
+
+
+def one(args):
+    return run([K3RUN] + args).stdout
+
+
+BUILT = os.environ.get("K3_MPI_BUILT", "1") == "1"
+
+
+@unittest.skipIf(BUILT, "k3run has MPI support")
+class TestWithoutMpi(unittest.TestCase):
+    def test_refused(self):
+        tiny = make_pack("tiny", 1)[1]
+        p = mpirun(2, ["-m", tiny, "-p", "x", "-n", "2"], check=False)
+        err = p.stderr.decode(errors="replace")
+        self.assertNotEqual(p.returncode, 0, err)
+        self.assertIn("built without MPI", err)
+        self.assertIn("libopenmpi-dev", err)
+        self.assertEqual(p.stdout, b"", "a k3run without MPI generated under mpirun")
+
+
+@unittest.skipUnless(BUILT, "k3run is built without MPI")
+class TestMpi(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.work = os.path.join(TMP, "k3run-mpi")
+        os.makedirs(cls.work, exist_ok=True)
+        cls.tiny = make_pack("tiny", 1)[1]
+        cls.kjv = kjv_pack(cls.work)
+
+    def same(self, pack, args, ranks, what):
+        want = one(["-m", pack] + args)
+        self.assertTrue(want.strip(), "no output")
+        for r in ranks:
+            got = mpirun(r, ["-m", pack] + args).stdout
+            self.assertEqual(got, want, "%s at %d ranks: other output than one process" % (what, r))
+
+    def test_tiny_every_rank_count(self):
+        b = str(minimum_budget(self.tiny))
+        base = ["-p", "The quick brown fox", "-n", "24", "--print-ids", "-t", "1"]
+        self.same(self.tiny, base, (1, 2, 3, 4), "tiny resident")
+        self.same(self.tiny, base + ["--budget", b], (2, 3, 4), "tiny at the minimum budget")
+        self.same(self.tiny, base + ["--budget", b, "--temp", "0.9", "--seed", "5"], (2, 3, 4), "tiny sampled")
+
+    def test_small(self):
+        small = make_pack("small", 7)[1]
+        b = str(minimum_budget(small))
+        self.same(small, ["-p", "Once upon a time", "-n", "8", "--print-ids", "-t", "1", "--budget", b], (2, 3),
+                  "small at the minimum budget")
+
+    def test_kjv_text_and_speculation(self):
+        b = str(minimum_budget(self.kjv))
+        base = ["-p", "In the beginning God created", "-n", "40", "-t", "1"]
+        self.same(self.kjv, base, (2, 4), "kjv text")
+        self.same(self.kjv, base + ["--budget", b, "--temp", "0.8", "--seed", "11"], (3,), "kjv sampled")
+        self.same(self.kjv, base + ["--draft", "4", "--budget", b], (2, 3), "kjv with speculation")
+
+    def test_rank0_only_its_share(self):
+        b = str(minimum_budget(self.tiny))
+        args = ["-m", self.tiny, "-p", "hello there", "-n", "12", "--budget", b, "--json", "-t", "1"]
+        acq = {}
+        for r in (1, 2, 4):
+            d = json.loads(mpirun(r, args).stdout)
+            acq[r] = d["expert_hits"] + d["expert_misses"]
+        self.assertLess(acq[2], acq[1] * 0.65, acq)
+        self.assertLess(acq[4], acq[1] * 0.4, acq)
+
+    def test_chat_session_across_rank_counts(self):
+        sess = os.path.join(self.work, "a.k3session")
+        chat = ["chat", "-m", self.kjv, "--think", "off", "-n", "40", "-t", "1"]
+        want1 = one(chat + ["-p", "Quote Genesis 1:1.", "--save-session", sess + ".1"])
+        want2 = one(chat + ["-p", "And John 3:16?", "--load-session", sess + ".1"])
+        got1 = mpirun(2, chat + ["-p", "Quote Genesis 1:1.", "--save-session", sess]).stdout
+        got2 = mpirun(3, chat + ["-p", "And John 3:16?", "--load-session", sess]).stdout
+        self.assertEqual(got1, want1)
+        self.assertEqual(got2, want2)
+        with open(sess, "rb") as a, open(sess + ".1", "rb") as c:
+            self.assertEqual(a.read(), c.read(), "the sessions saved at 2 ranks and by one process differ")
+
+    def test_other_pack_refused(self):
+        p = mpirun(1, ["-m", self.tiny, "-p", "x", "-n", "2"], check=False,
+                   mpmd=[(1, ["-m", self.kjv, "-p", "x", "-n", "2"])])
+        err = p.stderr.decode(errors="replace")
+        self.assertEqual(p.returncode, 2, err)
+        self.assertIn("rank 1 has another pack than rank 0", err)
+        self.assertEqual(err.count("another pack"), 1, "more than one rank said it: " + err)
+
+    def test_damaged_shard_on_one_rank(self):
+        bad = os.path.join(self.work, "tiny-bad")
+        shutil.rmtree(bad, ignore_errors=True)
+        shutil.copytree(self.tiny, bad)
+        shard = sorted(f for f in os.listdir(bad) if f.startswith("experts-"))[0]
+        with open(os.path.join(bad, shard), "r+b") as f:
+            f.truncate(os.path.getsize(os.path.join(bad, shard)) - 4096)
+        p = mpirun(1, ["-m", self.tiny, "-p", "x", "-n", "2"], check=False,
+                   mpmd=[(1, ["-m", bad, "-p", "x", "-n", "2"])])
+        err = p.stderr.decode(errors="replace")
+        self.assertNotEqual(p.returncode, 0, err)
+        self.assertIn("rank 1 of 2", err)
+        self.assertIn(shard, err)
+
+    def test_rank_killed(self):
+        e = dict(os.environ)
+        e.update(ENV)
+        t0 = time.time()
+        p = subprocess.Popen(["mpirun", "-n", "2", K3RUN, "-m", self.kjv, "-p", "In the beginning", "-n", "16000",
+                              "-t", "1", "--context", "16384"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=e)
+        victim = None
+        while victim is None and time.time() - t0 < 60:   # rank 1's process, once it serves
+            time.sleep(0.5)
+            for pid in os.listdir("/proc"):
+                if not pid.isdigit():
+                    continue
+                try:
+                    with open("/proc/%s/environ" % pid, "rb") as f:
+                        env = f.read().split(b"\0")
+                    exe = os.readlink("/proc/%s/exe" % pid)
+                except OSError:
+                    continue
+                if exe.endswith("/k3run") and b"OMPI_COMM_WORLD_RANK=1" in env:
+                    victim = int(pid)
+        self.assertIsNotNone(victim, "rank 1 never started")
+        time.sleep(2)                                    # mid-generation
+        os.kill(victim, signal.SIGKILL)
+        t1 = time.time()
+        try:
+            _, err = p.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            self.fail("the job was still running 30 s after rank 1 died")
+        took = time.time() - t1
+        err = err.decode(errors="replace")
+        self.assertNotEqual(p.returncode, 0, err)
+        self.assertRegex(err, r"rank 1", err)
+        self.assertLess(took, 15, "every process gone only after %.1f s" % took)
+        print("rank 1 killed: the job ended %.1f s later, exit %d" % (took, p.returncode))
+
+
+if __name__ == "__main__":
+    unittest.main()
