@@ -20,7 +20,7 @@
 
 enum {
     OPT_SUMMARY = K3_OPT_USER, OPT_JSON, OPT_FILTER, OPT_CONFIG, OPT_NO_CONFIG, OPT_SHARDS, OPT_PLAN, OPT_BUDGET,
-    OPT_PRESET, OPT_CONTEXT, OPT_BATCH, OPT_DRAFT
+    OPT_PRESET, OPT_CONTEXT, OPT_BATCH, OPT_DRAFT, OPT_RANKS
 };
 
 static const k3_opt opts[] = {
@@ -42,6 +42,9 @@ static const k3_opt opts[] = {
     {OPT_BATCH, 0, "batch", "N", "64", NULL, "--plan: prompt tokens per forward pass (as k3run -b)"},
     {OPT_DRAFT, 0, "draft", "N", K3_DRAFT_DEFAULT_STR, NULL,
      "--plan: drafted tokens per verify pass (as k3run --draft; 0: no speculative decoding)"},
+    {OPT_RANKS, 0, "ranks", "R", "1", NULL,
+     "--plan: the experts across R MPI ranks (mpirun -n R k3run), each with this budget: the plan of rank 0 "
+     "and of the others, the network bytes per token"},
     K3_OPTS_COMMON,
 };
 #define N_OPTS ((int)(sizeof opts / sizeof opts[0]))
@@ -96,7 +99,7 @@ static int plan_cmd(const k3_args *a, const char *src)
     for (int i = 0; i < 5; i++)
         if (k3_opt_count(a, other[i])) return k3_usage_error("--plan cannot be used with %s", other_name[i]);
     const char *bs = k3_opt_str(a, OPT_BUDGET), *ps = k3_opt_str(a, OPT_PRESET);
-    uint64_t budget = 0, context, batch, draft;
+    uint64_t budget = 0, context, batch, draft, ranks;
     k3_diag d = {0};
     if (!bs == !ps) return k3_usage_error("--plan needs a budget: --budget SIZE or --preset NAME (one of them)");
     if (ps && !(budget = k3_preset_budget(ps)))
@@ -104,11 +107,12 @@ static int plan_cmd(const k3_args *a, const char *src)
     if (bs && (k3_parse_size(bs, 1, &budget) || budget == 0))
         return k3_usage_error("--budget: '%s' is not a size (8G, 512M, 4096)", bs);
     if (k3_opt_u64(a, OPT_CONTEXT, 4096, 0, &context, &d) || k3_opt_u64(a, OPT_BATCH, 64, 0, &batch, &d) ||
-        k3_opt_u64(a, OPT_DRAFT, K3_DRAFT_DEFAULT, 0, &draft, &d))
+        k3_opt_u64(a, OPT_DRAFT, K3_DRAFT_DEFAULT, 0, &draft, &d) || k3_opt_u64(a, OPT_RANKS, 1, 0, &ranks, &d))
         return k3_usage_error("%s", d.msg);
     if (context < 1 || context > (1u << 24)) return k3_usage_error("--context must be in 1..%u", 1u << 24);
     if (batch < 1 || batch > 4096) return k3_usage_error("--batch must be in 1..4096");
     if (draft > 16) return k3_usage_error("--draft must be in 0..16");
+    if (ranks < 1 || ranks > 256) return k3_usage_error("--ranks must be in 1..256");
 
     static k3_geometry geo;                          /* ~8 KiB: not on the stack */
     k3_config cfg;
@@ -135,14 +139,21 @@ static int plan_cmd(const k3_args *a, const char *src)
     }
     k3_manifest_free(&mf);
     if (e) return fail(e, &d);
-    k3_plan plan;
-    /* as k3run plans: with the verify buffers where the budget has room for them */
-    e = k3_plan_with_snapshots(&cfg, &geo, budget, (uint32_t)context, (uint32_t)batch, 0, 0,
-                               draft ? (uint32_t)draft + 1 : 0, &plan, &d);
+    static k3_geometry rgeo[2];
+    static k3_plan rplan[2];
+    const uint32_t verify = draft ? (uint32_t)draft + 1 : 0;
+    /* as k3run plans: with the verify buffers where the budget has room for them; with --ranks,
+       each rank's share (rank 0: the trunk and its experts; the others: their experts only) */
+    e = k3i_rank_plans(&cfg, &geo, budget, (uint32_t)context, (uint32_t)batch, verify, (int)ranks, rgeo, rplan, &d);
     if (e) return e == K3_ERR_USAGE ? k3_usage_error("%s", d.msg) : fail(e, &d);
+    const k3_plan *pl = &rplan[0];
+    const k3_geometry *pg = &rgeo[0];
+    double sent = 0, recv = 0;
+    int all_at = ranks > 1 ? k3i_ranks_all_resident(&cfg, &geo, budget, (uint32_t)context, (uint32_t)batch, verify) : 0;
+    if (ranks > 1) k3i_rank_network(&cfg, &geo, (int)ranks, &sent, &recv);
 
     if (k3_opt_count(a, OPT_JSON)) {
-        json_t *o = json_object(), *p = k3_plan_json(&plan, &geo);
+        json_t *o = json_object(), *p = k3_plan_json(pl, pg);
         if (!o || !p) {
             json_decref(o);
             json_decref(p);
@@ -159,13 +170,36 @@ static int plan_cmd(const k3_args *a, const char *src)
         json_object_set_new(o, "geometry_from", json_string(is_pack ? "manifest" : "config"));
         json_object_update(o, p);
         json_decref(p);
+        json_object_set_new(o, "ranks", json_integer((json_int_t)ranks));
+        if (ranks > 1) {               /* the plan above is rank 0's */
+            json_object_set_new(o, "other_ranks", k3_plan_json(&rplan[1], &rgeo[1]));
+            json_object_set_new(o, "network_sent_bytes_per_token", json_real(sent));
+            json_object_set_new(o, "network_received_bytes_per_token", json_real(recv));
+            json_object_set_new(o, "ranks_holding_every_expert", all_at ? json_integer(all_at) : json_null());
+        }
         json_dumpf(o, stdout, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
         printf("\n");
         json_decref(o);
     } else {
         char b[512];
         printf("Model: '%s' (geometry from the %s)\n", k3_escape(src, strlen(src), b, sizeof b), from);
-        k3_plan_print(stdout, &plan, &geo);
+        if (ranks > 1)
+            printf("\nRank 0 of %llu (mpirun -n %llu k3run: the front end, the trunk, experts e %% %llu == 0), "
+                   "at this budget:\n", (unsigned long long)ranks, (unsigned long long)ranks, (unsigned long long)ranks);
+        k3_plan_print(stdout, pl, pg);
+        if (ranks > 1) {
+            printf("\nEach other rank (rank 1 shown; experts e %% %llu == rank, no trunk), at this budget:\n",
+                   (unsigned long long)ranks);
+            k3_plan_print(stdout, &rplan[1], &rgeo[1]);
+            printf("\nNetwork per decoded token: rank 0 sends %.2f MB (%.2f MB to each other rank) and receives "
+                   "%.2f MB, in %u round trips (one per MoE layer)\n", sent / 1e6, sent / 1e6 / (double)(ranks - 1),
+                   recv / 1e6, geo.n_moe_layers);
+            if (all_at)
+                printf("Every expert in memory at this budget per rank: %s; the fewest ranks that hold them all: %d\n",
+                       rplan[0].experts_all_resident && rplan[1].experts_all_resident ? "yes" : "no", all_at);
+            else
+                printf("Every expert in memory at this budget per rank: no, at no rank count up to 4096\n");
+        }
     }
     if (fflush(stdout) || ferror(stdout)) return fail(k3_fail(&d, K3_ERR_IO, "cannot write to standard output"), &d);
     return K3_EXIT_OK;
@@ -194,9 +228,10 @@ int main(int argc, char **argv)
                        : k3_usage_error("missing SRC (a checkpoint directory, a .safetensors file or a pack)");
     if (k3_opt_count(&a, OPT_PLAN)) return plan_cmd(&a, a.pos[0]);
     {
-        static const int need_plan[] = {OPT_BUDGET, OPT_PRESET, OPT_CONTEXT, OPT_BATCH, OPT_DRAFT};
-        static const char *const need_plan_name[] = {"--budget", "--preset", "--context", "--batch", "--draft"};
-        for (int i = 0; i < 5; i++)
+        static const int need_plan[] = {OPT_BUDGET, OPT_PRESET, OPT_CONTEXT, OPT_BATCH, OPT_DRAFT, OPT_RANKS};
+        static const char *const need_plan_name[] = {"--budget", "--preset", "--context", "--batch", "--draft",
+                                                     "--ranks"};
+        for (int i = 0; i < 6; i++)
             if (k3_opt_count(&a, need_plan[i])) return k3_usage_error("%s is for --plan", need_plan_name[i]);
     }
     if (k3_opt_count(&a, OPT_CONFIG) && k3_opt_count(&a, OPT_NO_CONFIG)) {

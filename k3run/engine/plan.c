@@ -156,6 +156,20 @@ k3_err k3_geometry_from_config(const k3_config *c, k3_geometry *g, k3_diag *d)
     return K3_OK;
 }
 
+void k3_geometry_for_rank(const k3_geometry *g, int rank, int ranks, k3_geometry *out)
+{
+    *out = *g;
+    if (ranks <= 1) return;
+    out->ranks = (uint32_t)ranks;
+    uint64_t per = g->n_moe_layers ? g->n_experts_total / g->n_moe_layers : 0, r = (uint64_t)rank;
+    out->n_experts_total = (per > r ? (per - r + (uint64_t)ranks - 1) / (uint64_t)ranks : 0) * g->n_moe_layers;
+    out->experts_bytes = out->n_experts_total * g->expert_stride;
+    if (rank == 0) return;
+    for (uint32_t u = 0; u < g->n_units; u++) out->unit_bytes[u] = out->piece_bytes[u] = out->small_bytes[u] = 0;
+    out->trunk_bytes = 0;
+    out->embed_row_bytes = 0;
+}
+
 /* One trunk arrangement: units larger than `cap` resident, the others streamed unless `room`
    bytes let them be resident too (largest first). */
 typedef struct arrangement {
@@ -244,7 +258,8 @@ static double disk_for(const k3_geometry *g, uint64_t streamed, uint64_t slots)
 {
     if (!g->n_experts_total || slots >= g->n_experts_total) return (double)streamed;
     double miss = 1.0 - (double)slots / (double)g->n_experts_total;
-    return (double)streamed + (double)g->n_moe_layers * g->top_k * miss * (double)g->expert_record;
+    return (double)streamed + (double)g->n_moe_layers * g->top_k / (g->ranks > 1 ? g->ranks : 1) * miss *
+                                  (double)g->expert_record;
 }
 
 /*
@@ -400,7 +415,7 @@ k3_err k3_plan_make(const k3_config *c, const k3_geometry *g, uint64_t budget, u
     p->experts_all_resident = slots == g->n_experts_total;
     p->resident = fixed + p->expert_cache;
     p->expert_reads_per_token = p->experts_all_resident ? 0.0
-        : (double)g->n_moe_layers * k * (1.0 - (double)slots / (double)g->n_experts_total);
+        : (double)g->n_moe_layers * k / (g->ranks > 1 ? g->ranks : 1) * (1.0 - (double)slots / (double)g->n_experts_total);
     p->disk_per_token = disk_for(g, p->trunk_streamed, slots) + g->embed_row_bytes;
     return K3_OK;
 }

@@ -89,6 +89,9 @@ typedef struct k3_geometry {
     uint32_t top_k;              /* experts per token per MoE layer */
     uint64_t n_experts_total;    /* routed experts of the whole model */
     uint64_t experts_bytes;      /* n_experts_total x their strides */
+    uint32_t ranks;              /* 0 or 1: one process; else this geometry is one MPI rank's share
+                                    (k3_geometry_for_rank): a token asks it for top_k / ranks experts
+                                    per MoE layer on average */
 } k3_geometry;
 
 k3_err k3_geometry_from_manifest(const k3_manifest *m, const k3_config *c, k3_geometry *g, k3_diag *d);
@@ -125,6 +128,13 @@ typedef struct k3_plan {
     double disk_per_token;       /* expected bytes read per decoded token: streamed trunk + expert reads
                                     + one embedding row */
 } k3_plan;
+
+/*
+ * The geometry of one rank of `ranks` (experts across MPI ranks, dist.h): its experts only (e %
+ * ranks == rank in each MoE layer), and on a rank other than 0 no trunk and no embedding (rank 0
+ * computes them). Planned with k3_plan_*, as one process is.
+ */
+void k3_geometry_for_rank(const k3_geometry *g, int rank, int ranks, k3_geometry *out);
 
 /*
  * Make the plan. buffers/kda_state/mla_cache come from the model's own sizing

@@ -99,8 +99,12 @@ void k3_plan_print(FILE *f, const k3_plan *p, const k3_geometry *g)
     fprintf(f, "Read from disk per decoded token (experts: expected, uniform routing)\n");
     fprintf(f, "  streamed trunk    %10s (%u units: %s)\n", hs(p->trunk_streamed, a), p->n_streamed,
             k3_plan_streamed_list(p, list, sizeof list));
-    fprintf(f, "  expert records    %10s (%.1f of the %u a token uses, %s each)\n", hs(xb, a),
-            p->expert_reads_per_token, g->n_moe_layers * g->top_k, hs(g->expert_record, b));
+    if (g->ranks > 1)                    /* one rank's share (k3_geometry_for_rank) */
+        fprintf(f, "  expert records    %10s (%.1f of the %.1f a token uses on this rank, %s each)\n", hs(xb, a),
+                p->expert_reads_per_token, (double)g->n_moe_layers * g->top_k / g->ranks, hs(g->expert_record, b));
+    else
+        fprintf(f, "  expert records    %10s (%.1f of the %u a token uses, %s each)\n", hs(xb, a),
+                p->expert_reads_per_token, g->n_moe_layers * g->top_k, hs(g->expert_record, b));
     fprintf(f, "  embedding row     %10s\n", hs(g->embed_row_bytes, a));
     fprintf(f, "  total             %10s (%llu bytes)\n", hs(disk, a), (unsigned long long)disk);
     fprintf(f, "  I/O time alone:  ");

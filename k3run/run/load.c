@@ -121,13 +121,14 @@ k3_err k3_load_plan(const k3_load_opts *o, k3_loaded *l, int *usage, k3_diag *d)
             fprintf(stderr, "%s: no --budget: using %.2f GiB (%s, less a margin)\n", k3_log_prog(),
                     budget / 1073741824.0, src);
     }
-    static k3_geometry geo;                          /* ~8 KiB: not on the stack */
+    static k3_geometry geo, whole;                   /* ~8 KiB each: not on the stack */
     if (k3_dist_size() > 1 && (e = same_pack(o->pack, d))) {      /* before anything is read */
         if (k3_dist_rank() > 0) worker_exit(l, e);
         return e;
     }
     e = k3_weights_open(o->pack, &l->w, d);         /* the manifest and config only */
-    if (!e) e = k3_geometry_from_manifest(k3w_manifest(l->w), k3w_config(l->w), &geo, d);
+    if (!e) e = k3_geometry_from_manifest(k3w_manifest(l->w), k3w_config(l->w), &whole, d);
+    if (!e) k3_geometry_for_rank(&whole, k3_dist_rank(), k3_dist_size(), &geo);   /* this rank's share */
     if (!e) e = k3_plan_with_snapshots(k3w_config(l->w), &geo, budget, o->context, o->batch, o->all_logits,
                                        o->snapshots, o->spec_tokens, &l->plan, d);
     if (!e && o->spec_tokens && !l->plan.verify_tokens && k3_log_level() >= 1 && k3_dist_rank() == 0)
@@ -153,24 +154,6 @@ k3_err k3_load_plan(const k3_load_opts *o, k3_loaded *l, int *usage, k3_diag *d)
     return K3_OK;
 }
 
-/*
- * A rank other than 0 holds no trunk: what rank 0's plan spends on it (resident units, stream
- * buffers) and on its expert cache is this rank's for its share of the experts, all resident if
- * they fit. (The plan of each rank on its own is k3inspect --plan's to show; docs/PERFORMANCE.md.)
- */
-static void worker_experts(const k3_plan *p, const k3_geometry *g, k3_weights_opts *wo)
-{
-    const uint64_t R = (uint64_t)k3_dist_size(), me = (uint64_t)k3_dist_rank();
-    uint64_t per = g->n_moe_layers ? g->n_experts_total / g->n_moe_layers : 0;
-    uint64_t own = (per > me ? (per - me + R - 1) / R : 0) * g->n_moe_layers;
-    uint64_t avail = p->trunk_resident + p->stream_buffers + p->expert_cache;
-    uint64_t stride = g->expert_stride ? g->expert_stride : 1;
-    if (own * stride <= avail) wo->expert_slots = 0;                 /* all its experts resident */
-    else wo->expert_slots = avail / stride > p->expert_slots ? avail / stride : p->expert_slots;
-    wo->unit_streamed = NULL;
-    wo->no_trunk = 1;
-}
-
 k3_err k3_load_model(const k3_load_opts *o, k3_loaded *l, k3_diag *d)
 {
     const k3_plan *p = &l->plan;
@@ -179,7 +162,10 @@ k3_err k3_load_model(const k3_load_opts *o, k3_loaded *l, k3_diag *d)
                               .expert_slots = p->experts_all_resident ? 0 : p->expert_slots,
                               .unit_streamed = p->n_streamed ? p->unit_streamed : NULL,
                               .chunk = p->chunk, .rank = me, .ranks = k3_dist_size()};
-    if (me > 0) worker_experts(p, l->geo, &l->wo);
+    if (me > 0) {                       /* its plan has no trunk (k3_geometry_for_rank): read none */
+        l->wo.unit_streamed = NULL;
+        l->wo.no_trunk = 1;
+    }
     k3_err e = k3_weights_load(l->w, &l->wo, d);
     if (k3_dist_size() > 1) {
         k3_diag md = *d;

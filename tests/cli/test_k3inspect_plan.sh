@@ -291,6 +291,45 @@ del a["source"], b["source"]
 sys.exit(a != b)' "$T/out" "$T/cfg-tiny-1G.json" || fail "the checkpoint directory gives another plan than its config.json"
     run --plan --budget "$((tmin - 1))" "$T/tiny"
     expect_rc 2 "tiny pack: minimum - 1"; err_has "$tmin bytes" "tiny pack: minimum - 1"
+    # --ranks R (experts across MPI ranks): each rank's share (expert e on rank e % R), no trunk but on
+    # rank 0, and the network bytes of model_dist.c's messages, recomputed here from the config
+    for R in 2 3; do
+        "$K3INSPECT" --plan --budget 1G --ranks $R --json "$T/tiny" >"$T/ranks.json" || fail "--ranks $R"
+        "$PYTHON" - "$T/ranks.json" "$T/ck/config.json" $R <<'EOF' || fail "--ranks $R: the per-rank plans"
+import json, sys
+d, c, R = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), int(sys.argv[3])
+t = c.get("text_config", c)
+E, k = t["num_experts"], t["num_experts_per_token"]
+Dl = t.get("routed_expert_hidden_size") or t["hidden_size"]
+L = d["experts"]["moe_layers"]
+o = d["other_ranks"]
+def need(ok, msg):
+    if not ok: sys.exit("check: " + msg)
+need(d["ranks"] == R, "ranks")
+need(d["experts"]["total"] == L * len(range(0, E, R)) and o["experts"]["total"] == L * len(range(1, E, R)), "shares")
+need(d["trunk"]["bytes"] > 0 and o["trunk"]["bytes"] == 0 and o["trunk"]["resident_bytes"] == 0, "trunk on rank 0 only")
+need(d["experts"]["all_resident"] and o["experts"]["all_resident"], "1G holds every share")
+need(d["network_sent_bytes_per_token"] == L * (12 + 4 * k + 4 * Dl) * (R - 1), "bytes sent")
+need(abs(d["network_received_bytes_per_token"] - L * (4 * Dl * k * (R - 1) / R + 260 * (R - 1))) < 1e-6, "bytes received")
+need(d["ranks_holding_every_expert"] == 1, "one rank holds all at 1G")
+EOF
+    done
+    # the fewest ranks that hold every expert: at that count every share is resident, one fewer not
+    b=$((tmin + 2000000))
+    n=$("$K3INSPECT" --plan --budget $b --ranks 2 --json "$T/tiny" | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["ranks_holding_every_expert"])')
+    [ "$n" != None ] && [ "$n" -gt 1 ] || fail "--ranks: the fewest ranks at $b: $n"
+    for R in "$n" $((n - 1)); do
+        [ "$R" -ge 2 ] || continue
+        "$K3INSPECT" --plan --budget $b --ranks $R --json "$T/tiny" | "$PYTHON" -c '
+import json, sys
+d = json.load(sys.stdin)
+all_in = d["experts"]["all_resident"] and d["other_ranks"]["experts"]["all_resident"]
+sys.exit(all_in != (int(sys.argv[1]) == int(sys.argv[2])))' $R "$n" || fail "--ranks $R at $b: every expert resident only from $n ranks"
+    done
+    run --plan --budget 1G --ranks 0 "$T/tiny"
+    expect_rc 2 "--ranks 0"
+    run --ranks 2 "$T/tiny"
+    expect_rc 2 "--ranks without --plan"
 else
     fail "making the tiny pack"
 fi

@@ -21,6 +21,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 import unittest
 
@@ -109,6 +110,25 @@ class TestMpi(unittest.TestCase):
         self.assertLess(acq[2], acq[1] * 0.65, acq)
         self.assertLess(acq[4], acq[1] * 0.4, acq)
 
+    def test_network_bytes_as_planned(self):
+        """What rank 0 sends per decoded token is what k3inspect --plan --ranks predicts, exactly;
+        what it receives depends on the routing and lies within the plan's bounds."""
+        for R in (2, 3):
+            docs = [json.loads(mpirun(R, ["-m", self.kjv, "-p", "In the beginning", "-n", str(n), "-t", "1",
+                                          "--json"]).stdout) for n in (6, 14)]
+            dn = len(docs[1]["generated_ids"]) - len(docs[0]["generated_ids"])
+            self.assertEqual(dn, 8)
+            sent = (docs[1]["network_bytes_sent"] - docs[0]["network_bytes_sent"]) / dn
+            recv = (docs[1]["network_bytes_received"] - docs[0]["network_bytes_received"]) / dn
+            plan = json.loads(run([os.path.join(BIN, "k3inspect"), "--plan", "--budget", "4G", "--ranks", str(R),
+                                   "--json", self.kjv]).stdout)
+            self.assertEqual(sent, plan["network_sent_bytes_per_token"], "rank 0's bytes sent per token")
+            status = plan["experts"]["moe_layers"] * 260 * (R - 1)    # every rank's status, every layer
+            rows = (plan["network_received_bytes_per_token"] - status) * R / (R - 1)   # if no slot were rank 0's
+            self.assertGreater(recv, status)
+            self.assertLessEqual(recv, status + rows + 1e-6)
+            self.assertEqual(docs[1]["ranks"], R)
+
     def test_chat_session_across_rank_counts(self):
         sess = os.path.join(self.work, "a.k3session")
         chat = ["chat", "-m", self.kjv, "--think", "off", "-n", "40", "-t", "1"]
@@ -120,6 +140,24 @@ class TestMpi(unittest.TestCase):
         self.assertEqual(got2, want2)
         with open(sess, "rb") as a, open(sess + ".1", "rb") as c:
             self.assertEqual(a.read(), c.read(), "the sessions saved at 2 ranks and by one process differ")
+
+    def test_serve(self):
+        """k3run serve under mpirun answers /v1/completions with one process's text, and stops on SIGTERM"""
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "serve"))
+        import servelib
+        for k, v in ENV.items():
+            os.environ.setdefault(k, v)
+        prompt = "In the beginning God"
+        want = one(["-m", self.kjv, "-p", prompt, "-n", "40", "-q"])
+        srv = servelib.Server(self.kjv, ["-t", "1"], prefix=["mpirun", "-n", "3"])
+        try:
+            st, _, body = srv.post("/v1/completions", {"prompt": prompt, "max_tokens": 40})
+            self.assertEqual(st, 200, body)
+            self.assertEqual(json.loads(body)["choices"][0]["text"].encode(), want)
+        finally:
+            t0 = time.time()
+            srv.stop()
+            self.assertLess(time.time() - t0, 20)
 
     def test_other_pack_refused(self):
         p = mpirun(1, ["-m", self.tiny, "-p", "x", "-n", "2"], check=False,

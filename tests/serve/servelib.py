@@ -1,6 +1,6 @@
 """Start and stop `k3run serve` for the tests (tests/serve), and talk to it with plain HTTP.
 
-Server(pack, args) runs k3run serve on a free loopback port (--port 0; the address is read from
+Server(pack, args[, prefix]) runs k3run serve (after prefix: mpirun -n R) on a free loopback port (--port 0; the address is read from
 the line it prints on stderr) and stops it with SIGTERM, checking that it exits 0 within
 seconds. Every wait is bounded in time."""
 
@@ -20,12 +20,13 @@ STOP_SECONDS = 20
 
 
 class Server:
-    def __init__(self, pack, args=(), env=None):
+    def __init__(self, pack, args=(), env=None, prefix=()):
         self.pack, self.args = pack, list(args)
         e = dict(os.environ)
         e.update(env or {})
         self.log = open(os.path.join(TMP, "k3run-serve-%d.err" % os.getpid()), "w+b")
-        self.p = subprocess.Popen([os.path.join(BIN, "k3run"), "serve", "-m", pack, "--port", "0"] + self.args,
+        self.p = subprocess.Popen(list(prefix) + [os.path.join(BIN, "k3run"), "serve", "-m", pack, "--port", "0"] +
+                                  self.args,
                                   stdout=subprocess.PIPE, stderr=self.log, env=e)
         t0 = time.time()
         self.host = self.port = None
