@@ -15,20 +15,21 @@
 /* Network bytes per decoded token between rank 0 and the others (model_dist.c): per MoE layer a
    broadcast of 12 + 4 k + 4 Dl to each other rank, and back 260 of status per rank plus 4 Dl for
    each of the k slots another rank owns (uniform routing: (R-1)/R of them). */
-void k3i_rank_network(const k3_config *c, const k3_geometry *g, int R, double *sent, double *received)
+void k3i_rank_network(const k3_config *c, const k3_geometry *g, int R, int first, double *sent, double *received)
 {
     double Dl = c->routed_expert_hidden_size ? (double)c->routed_expert_hidden_size : (double)c->hidden_size;
     double k = g->top_k, L = g->n_moe_layers;
+    double remote = first ? 1.0 : (double)(R - 1) / R;       /* slots another rank owns */
     *sent = L * (12 + 4 * k + 4 * Dl) * (R - 1);
-    *received = L * (4 * Dl * k * (R - 1) / R + 260.0 * (R - 1));
+    *received = L * (4 * Dl * k * remote + 260.0 * (R - 1));
 }
 
 /* Plans of rank 0 and of rank 1 (the others differ from rank 1 by at most one expert per layer). */
 k3_err k3i_rank_plans(const k3_config *c, const k3_geometry *g, uint64_t budget, uint32_t context, uint32_t batch,
-                      uint32_t verify, int R, k3_geometry *gr, k3_plan *p, k3_diag *d)
+                      uint32_t verify, int R, int first, k3_geometry *gr, k3_plan *p, k3_diag *d)
 {
     for (int r = 0; r < 2 && r < R; r++) {
-        k3_geometry_for_rank(g, r, R, &gr[r]);
+        k3_geometry_for_rank(g, r, R, first, &gr[r]);
         k3_err e = k3_plan_with_snapshots(c, &gr[r], budget, context, batch, 0, 0, verify, &p[r], d);
         if (e) return e;
     }
@@ -37,13 +38,13 @@ k3_err k3i_rank_plans(const k3_config *c, const k3_geometry *g, uint64_t budget,
 
 /* The fewest ranks at this budget per rank that hold every expert in memory; 0 if none up to 4096. */
 int k3i_ranks_all_resident(const k3_config *c, const k3_geometry *g, uint64_t budget, uint32_t context,
-                           uint32_t batch, uint32_t verify)
+                           uint32_t batch, uint32_t verify, int first)
 {
     static k3_geometry gr[2];
     static k3_plan p[2];
     for (int R = 1; R <= 4096; R = R < 64 ? R + 1 : R + R / 16) {
         k3_diag d;
-        if (k3i_rank_plans(c, g, budget, context, batch, verify, R, gr, p, &d)) continue;
+        if (R <= first || k3i_rank_plans(c, g, budget, context, batch, verify, R, first, gr, p, &d)) continue;
         if (p[0].experts_all_resident && (R == 1 || p[1].experts_all_resident)) return R;
     }
     return 0;

@@ -20,7 +20,7 @@
 
 enum {
     OPT_SUMMARY = K3_OPT_USER, OPT_JSON, OPT_FILTER, OPT_CONFIG, OPT_NO_CONFIG, OPT_SHARDS, OPT_PLAN, OPT_BUDGET,
-    OPT_PRESET, OPT_CONTEXT, OPT_BATCH, OPT_DRAFT, OPT_RANKS
+    OPT_PRESET, OPT_CONTEXT, OPT_BATCH, OPT_DRAFT, OPT_RANKS, OPT_RANK0_EXPERTS
 };
 
 static const k3_opt opts[] = {
@@ -45,6 +45,8 @@ static const k3_opt opts[] = {
     {OPT_RANKS, 0, "ranks", "R", "1", NULL,
      "--plan: the experts across R MPI ranks (mpirun -n R k3run), each with this budget: the plan of rank 0 "
      "and of the others, the network bytes per token"},
+    {OPT_RANK0_EXPERTS, 0, "rank0-experts", "yes|no", "yes", "K3_RANK0_EXPERTS",
+     "--plan --ranks: no: rank 0 holds no experts, only the trunk (k3run: K3_RANK0_EXPERTS=0)"},
     K3_OPTS_COMMON,
 };
 #define N_OPTS ((int)(sizeof opts / sizeof opts[0]))
@@ -113,6 +115,12 @@ static int plan_cmd(const k3_args *a, const char *src)
     if (batch < 1 || batch > 4096) return k3_usage_error("--batch must be in 1..4096");
     if (draft > 16) return k3_usage_error("--draft must be in 0..16");
     if (ranks < 1 || ranks > 256) return k3_usage_error("--ranks must be in 1..256");
+    const char *r0 = k3_opt_str(a, OPT_RANK0_EXPERTS);
+    int first = 0;
+    if (r0 && !strcmp(r0, "no")) first = 1;
+    else if (r0 && !strcmp(r0, "0")) first = 1;                  /* K3_RANK0_EXPERTS=0, as k3run reads it */
+    else if (r0 && strcmp(r0, "yes") && strcmp(r0, "1")) return k3_usage_error("--rank0-experts takes yes or no");
+    if (ranks < 2) first = 0;
 
     static k3_geometry geo;                          /* ~8 KiB: not on the stack */
     k3_config cfg;
@@ -144,13 +152,15 @@ static int plan_cmd(const k3_args *a, const char *src)
     const uint32_t verify = draft ? (uint32_t)draft + 1 : 0;
     /* as k3run plans: with the verify buffers where the budget has room for them; with --ranks,
        each rank's share (rank 0: the trunk and its experts; the others: their experts only) */
-    e = k3i_rank_plans(&cfg, &geo, budget, (uint32_t)context, (uint32_t)batch, verify, (int)ranks, rgeo, rplan, &d);
+    e = k3i_rank_plans(&cfg, &geo, budget, (uint32_t)context, (uint32_t)batch, verify, (int)ranks, first, rgeo, rplan,
+                       &d);
     if (e) return e == K3_ERR_USAGE ? k3_usage_error("%s", d.msg) : fail(e, &d);
     const k3_plan *pl = &rplan[0];
     const k3_geometry *pg = &rgeo[0];
     double sent = 0, recv = 0;
-    int all_at = ranks > 1 ? k3i_ranks_all_resident(&cfg, &geo, budget, (uint32_t)context, (uint32_t)batch, verify) : 0;
-    if (ranks > 1) k3i_rank_network(&cfg, &geo, (int)ranks, &sent, &recv);
+    int all_at = ranks > 1 ? k3i_ranks_all_resident(&cfg, &geo, budget, (uint32_t)context, (uint32_t)batch, verify,
+                                                    first) : 0;
+    if (ranks > 1) k3i_rank_network(&cfg, &geo, (int)ranks, first, &sent, &recv);
 
     if (k3_opt_count(a, OPT_JSON)) {
         json_t *o = json_object(), *p = k3_plan_json(pl, pg);
@@ -171,6 +181,7 @@ static int plan_cmd(const k3_args *a, const char *src)
         json_object_update(o, p);
         json_decref(p);
         json_object_set_new(o, "ranks", json_integer((json_int_t)ranks));
+        json_object_set_new(o, "rank0_experts", json_boolean(!first));
         if (ranks > 1) {               /* the plan above is rank 0's */
             json_object_set_new(o, "other_ranks", k3_plan_json(&rplan[1], &rgeo[1]));
             json_object_set_new(o, "network_sent_bytes_per_token", json_real(sent));
@@ -184,12 +195,11 @@ static int plan_cmd(const k3_args *a, const char *src)
         char b[512];
         printf("Model: '%s' (geometry from the %s)\n", k3_escape(src, strlen(src), b, sizeof b), from);
         if (ranks > 1)
-            printf("\nRank 0 of %llu (mpirun -n %llu k3run: the front end, the trunk, experts e %% %llu == 0), "
-                   "at this budget:\n", (unsigned long long)ranks, (unsigned long long)ranks, (unsigned long long)ranks);
+            printf("\nRank 0 of %llu (mpirun -n %llu k3run: the front end, the trunk, %s), at this budget:\n",
+                   (unsigned long long)ranks, (unsigned long long)ranks, first ? "no experts" : "its share of the experts");
         k3_plan_print(stdout, pl, pg);
         if (ranks > 1) {
-            printf("\nEach other rank (rank 1 shown; experts e %% %llu == rank, no trunk), at this budget:\n",
-                   (unsigned long long)ranks);
+            printf("\nEach other rank (rank 1 shown; its share of the experts, no trunk), at this budget:\n");
             k3_plan_print(stdout, &rplan[1], &rgeo[1]);
             printf("\nNetwork per decoded token: rank 0 sends %.2f MB (%.2f MB to each other rank) and receives "
                    "%.2f MB, in %u round trips (one per MoE layer)\n", sent / 1e6, sent / 1e6 / (double)(ranks - 1),
@@ -229,6 +239,7 @@ int main(int argc, char **argv)
     if (k3_opt_count(&a, OPT_PLAN)) return plan_cmd(&a, a.pos[0]);
     {
         static const int need_plan[] = {OPT_BUDGET, OPT_PRESET, OPT_CONTEXT, OPT_BATCH, OPT_DRAFT, OPT_RANKS};
+        /* --rank0-experts may come from K3_RANK0_EXPERTS, which k3run reads too: not refused alone */
         static const char *const need_plan_name[] = {"--budget", "--preset", "--context", "--batch", "--draft",
                                                      "--ranks"};
         for (int i = 0; i < 6; i++)

@@ -22,7 +22,17 @@
 #include <mpi.h>
 #endif
 
-static int d_rank = 0, d_size = 1;
+static int d_rank = 0, d_size = 1, d_first = 0;
+
+int k3_dist_first(void) { return d_first; }
+int k3_dist_owner(uint32_t e, int n) { return k3_expert_owner(e, n, n == d_size ? d_first : 0); }
+
+/* K3_RANK0_EXPERTS=0: rank 0 keeps its memory for the trunk (README "Across machines"). */
+static void read_first(void)
+{
+    const char *v = getenv("K3_RANK0_EXPERTS");
+    d_first = d_size > 1 && v && !strcmp(v, "0");
+}
 
 static FILE *d_err;
 static uint64_t d_sent, d_recv;
@@ -76,6 +86,7 @@ k3_err k3_dist_init(int *argc, char ***argv, k3_diag *d)
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &d_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &d_size);
+    read_first();
     return K3_OK;
 }
 

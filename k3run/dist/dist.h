@@ -37,8 +37,16 @@ int k3_dist_built(void);                /* 1 if this k3run has MPI support */
 int k3_dist_quiet(void);
 FILE *k3_dist_err(void);                /* this rank's own stderr (stderr on rank 0) */
 
-/* Which rank owns expert e (of any MoE layer) among n ranks. */
-static inline int k3_dist_owner(uint32_t e, int n) { return n > 1 ? (int)(e % (uint32_t)n) : 0; }
+/* Which rank owns expert e (of any MoE layer) among n ranks whose experts are on ranks
+   first..n-1 (first 0: every rank; 1: all but rank 0), and the rule itself. */
+static inline int k3_expert_owner(uint32_t e, int n, int first)
+{
+    return n > first + 1 ? first + (int)(e % (uint32_t)(n - first)) : n - 1 < 0 ? 0 : n - 1;
+}
+/* This job's: n = k3_dist_size(), first = k3_dist_first(). */
+int k3_dist_owner(uint32_t e, int n);
+/* 1 when rank 0 holds no experts (K3_RANK0_EXPERTS=0 and more than one rank), else 0. */
+int k3_dist_first(void);
 
 /* Collective: every rank calls it; n bytes of buf from rank 0 to all. */
 k3_err k3_dist_bcast(void *buf, size_t n, k3_diag *d);

@@ -156,13 +156,16 @@ k3_err k3_geometry_from_config(const k3_config *c, k3_geometry *g, k3_diag *d)
     return K3_OK;
 }
 
-void k3_geometry_for_rank(const k3_geometry *g, int rank, int ranks, k3_geometry *out)
+void k3_geometry_for_rank(const k3_geometry *g, int rank, int ranks, int first, k3_geometry *out)
 {
     *out = *g;
     if (ranks <= 1) return;
-    out->ranks = (uint32_t)ranks;
-    uint64_t per = g->n_moe_layers ? g->n_experts_total / g->n_moe_layers : 0, r = (uint64_t)rank;
-    out->n_experts_total = (per > r ? (per - r + (uint64_t)ranks - 1) / (uint64_t)ranks : 0) * g->n_moe_layers;
+    if (first > ranks - 1) first = ranks - 1;
+    uint64_t n = (uint64_t)(ranks - first);                  /* ranks holding experts */
+    out->ranks = (uint32_t)n;
+    uint64_t per = g->n_moe_layers ? g->n_experts_total / g->n_moe_layers : 0;
+    uint64_t r = rank >= first ? (uint64_t)(rank - first) : UINT64_MAX;
+    out->n_experts_total = (per > r ? (per - r + n - 1) / n : 0) * g->n_moe_layers;
     out->experts_bytes = out->n_experts_total * g->expert_stride;
     if (rank == 0) return;
     for (uint32_t u = 0; u < g->n_units; u++) out->unit_bytes[u] = out->piece_bytes[u] = out->small_bytes[u] = 0;

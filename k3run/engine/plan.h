@@ -130,11 +130,12 @@ typedef struct k3_plan {
 } k3_plan;
 
 /*
- * The geometry of one rank of `ranks` (experts across MPI ranks, dist.h): its experts only (e %
- * ranks == rank in each MoE layer), and on a rank other than 0 no trunk and no embedding (rank 0
- * computes them). Planned with k3_plan_*, as one process is.
+ * The geometry of one rank of `ranks` (experts across MPI ranks, dist.h): its experts only (those
+ * of each MoE layer with k3_expert_owner(e, ranks, first) == rank: first 1 leaves rank 0 none),
+ * and on a rank other than 0 no trunk and no embedding (rank 0 computes them). Planned with
+ * k3_plan_*, as one process is.
  */
-void k3_geometry_for_rank(const k3_geometry *g, int rank, int ranks, k3_geometry *out);
+void k3_geometry_for_rank(const k3_geometry *g, int rank, int ranks, int first, k3_geometry *out);
 
 /*
  * Make the plan. buffers/kda_state/mla_cache come from the model's own sizing

@@ -75,8 +75,9 @@ typedef struct k3_weights_opts {
     const uint8_t *unit_streamed;  /* [n_layers + 1] (plan.h units: layers, then the head), 1: streamed
                                       through two buffers, read every forward pass; NULL: all resident */
     uint64_t chunk;          /* units larger than this are streamed in row pieces (the plan's chunk); 0: k3_chunk_bytes() */
-    int rank, ranks;         /* experts across ranks (dist.h): only experts e with e % ranks == rank are read,
-                                kept and acquired (resident: those only); ranks 0 or 1: every expert */
+    int rank, ranks, first;  /* experts across ranks (dist.h): only experts e with k3_expert_owner(e, ranks,
+                                first) == rank are read, kept and acquired (resident: those only); ranks 0 or
+                                1: every expert */
     int no_trunk;            /* a rank that only multiplies experts: no trunk unit is read or kept */
 } k3_weights_opts;
 

@@ -149,12 +149,23 @@ static k3_err open_sources(k3_weights *w, k3_diag *d)
     return e;
 }
 
-/* Experts across ranks (dist.h): this rank holds the records r with r % ranks == rank only; a
-   resident layer keeps them packed, record r at index r / ranks. */
-static uint64_t own_ranks(const k3_weights *w) { return w->o.ranks > 1 ? (uint64_t)w->o.ranks : 1; }
+/* Experts across ranks (dist.h): the records r of this rank are those with r % R == me, where R
+   is the number of ranks holding experts (all, or all but rank 0) and me this rank's place among
+   them (none on a rank 0 without experts); a resident layer keeps them packed, record r at index
+   r / R. */
+static uint64_t own_ranks(const k3_weights *w)
+{
+    int n = w->o.ranks - (w->o.ranks > 1 ? w->o.first : 0);
+    return n > 1 ? (uint64_t)n : 1;
+}
+static uint64_t own_me(const k3_weights *w)
+{
+    if (w->o.ranks <= 1) return 0;
+    return w->o.rank >= w->o.first ? (uint64_t)(w->o.rank - w->o.first) : UINT64_MAX;
+}
 static uint64_t own_count(const k3_weights *w, uint64_t count)
 {
-    uint64_t R = own_ranks(w), me = (uint64_t)w->o.rank;
+    uint64_t R = own_ranks(w), me = own_me(w);
     return count > me ? (count - me + R - 1) / R : 0;
 }
 
@@ -170,7 +181,7 @@ static k3_err load_resident(k3_weights *w, uint64_t n_records, k3_progress *pg, 
     if (!jobs || !q) { free(jobs); free(q); return k3_fail(d, K3_ERR_NOMEM, "out of memory"); }
     uint64_t n = 0;
     int nq = 0;
-    const uint64_t R = own_ranks(w), me = (uint64_t)w->o.rank;
+    const uint64_t R = own_ranks(w), me = own_me(w);
     for (uint32_t l = 0; l < w->n_layers; l++) {
         expert_layer *el = &w->experts[l];
         for (uint64_t r = me; el->data && r < el->count; r += R, n++) {       /* this rank's records */
@@ -538,11 +549,11 @@ k3_err k3w_experts_acquire(k3_weights *w, int layer, const int32_t *ids, const u
     w->acq_layer = layer;
     w->acq_ids = ids;
     w->acq_next = 0;
-    const uint64_t R = own_ranks(w);
+    const uint64_t R = own_ranks(w), me = own_me(w);
     for (int j = 0; j < n; j++)
-        if ((uint64_t)ids[j] % R != (uint64_t)w->o.rank)
-            return k3_fail(d, K3_ERR_INTERNAL, "layer %d: expert %d belongs to rank %d, not to this rank (%d)", layer,
-                           (int)ids[j], (int)((uint64_t)ids[j] % R), w->o.rank);
+        if ((uint64_t)ids[j] % R != me)
+            return k3_fail(d, K3_ERR_INTERNAL, "layer %d: expert %d is not this rank's (%d)", layer, (int)ids[j],
+                           w->o.rank);
     if (!w->o.expert_slots) {
         for (int j = 0; j < n; j++)
             fill_expert(el, el->data + (uint64_t)ids[j] / R * el->stride + rec_lead(el, (uint64_t)ids[j]), &out[j]);

@@ -128,7 +128,7 @@ k3_err k3_load_plan(const k3_load_opts *o, k3_loaded *l, int *usage, k3_diag *d)
     }
     e = k3_weights_open(o->pack, &l->w, d);         /* the manifest and config only */
     if (!e) e = k3_geometry_from_manifest(k3w_manifest(l->w), k3w_config(l->w), &whole, d);
-    if (!e) k3_geometry_for_rank(&whole, k3_dist_rank(), k3_dist_size(), &geo);   /* this rank's share */
+    if (!e) k3_geometry_for_rank(&whole, k3_dist_rank(), k3_dist_size(), k3_dist_first(), &geo);   /* its share */
     if (!e) e = k3_plan_with_snapshots(k3w_config(l->w), &geo, budget, o->context, o->batch, o->all_logits,
                                        o->snapshots, o->spec_tokens, &l->plan, d);
     if (!e && o->spec_tokens && !l->plan.verify_tokens && k3_log_level() >= 1 && k3_dist_rank() == 0)
@@ -161,7 +161,7 @@ k3_err k3_load_model(const k3_load_opts *o, k3_loaded *l, k3_diag *d)
     l->wo = (k3_weights_opts){.verify_reads = o->verify_reads, .progress = me == 0,
                               .expert_slots = p->experts_all_resident ? 0 : p->expert_slots,
                               .unit_streamed = p->n_streamed ? p->unit_streamed : NULL,
-                              .chunk = p->chunk, .rank = me, .ranks = k3_dist_size()};
+                              .chunk = p->chunk, .rank = me, .ranks = k3_dist_size(), .first = k3_dist_first()};
     if (me > 0) {                       /* its plan has no trunk (k3_geometry_for_rank): read none */
         l->wo.unit_streamed = NULL;
         l->wo.no_trunk = 1;

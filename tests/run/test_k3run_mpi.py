@@ -32,13 +32,14 @@ ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OM
        "OMPI_MCA_btl_vader_single_copy_mechanism": "none", "OMP_WAIT_POLICY": "passive"}
 
 
-def mpirun(n, args, check=True, timeout=300, mpmd=None):
-    cmd = ["mpirun", "-n", str(n), K3RUN] + args
+def mpirun(n, args, check=True, timeout=300, mpmd=None, env=None):
+    cmd = ["mpirun"] + sum((["-x", k] for k in (env or {})), []) + ["-n", str(n), K3RUN] + args
     if mpmd:                                   # another program for the last ranks: [(n, args)]
         for m, a in mpmd:
             cmd += [":", "-n", str(m), K3RUN] + a
     e = dict(os.environ)
     e.update(ENV)
+    e.update(env or {})
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=e, timeout=timeout)
     if check and p.returncode != 0:
         raise AssertionError("%s failed (%d): %s" % (" ".join(cmd), p.returncode, p.stderr.decode(errors="replace")))
@@ -128,6 +129,27 @@ class TestMpi(unittest.TestCase):
             self.assertGreater(recv, status)
             self.assertLessEqual(recv, status + rows + 1e-6)
             self.assertEqual(docs[1]["ranks"], R)
+
+    def test_rank0_without_experts(self):
+        """K3_RANK0_EXPERTS=0: rank 0 keeps only the trunk (it acquires no expert), the others share
+        the experts; the same output; bytes sent as k3inspect --plan --ranks R --rank0-experts no says"""
+        b = str(minimum_budget(self.tiny))
+        base = ["-p", "The quick brown fox", "-n", "16", "--print-ids", "-t", "1", "--budget", b]
+        want = one(["-m", self.tiny] + base)
+        no0 = {"K3_RANK0_EXPERTS": "0"}
+        for R in (2, 3):
+            self.assertEqual(mpirun(R, ["-m", self.tiny] + base, env=no0).stdout, want, "%d ranks" % R)
+            docs = [json.loads(mpirun(R, ["-m", self.kjv, "-p", "In the beginning", "-n", str(n), "-t", "1", "--json"],
+                                      env=no0).stdout) for n in (6, 14)]
+            self.assertEqual(docs[1]["expert_hits"] + docs[1]["expert_misses"], 0, "rank 0 acquired experts")
+            sent = (docs[1]["network_bytes_sent"] - docs[0]["network_bytes_sent"]) / 8
+            plan = json.loads(run([os.path.join(BIN, "k3inspect"), "--plan", "--budget", "4G", "--ranks", str(R),
+                                   "--rank0-experts", "no", "--json", self.kjv]).stdout)
+            self.assertEqual(sent, plan["network_sent_bytes_per_token"])
+            self.assertFalse(plan["rank0_experts"])
+            self.assertEqual(plan["experts"]["total"], 0)
+            recv = (docs[1]["network_bytes_received"] - docs[0]["network_bytes_received"]) / 8
+            self.assertEqual(recv, plan["network_received_bytes_per_token"], "every slot comes from another rank")
 
     def test_chat_session_across_rank_counts(self):
         sess = os.path.join(self.work, "a.k3session")
