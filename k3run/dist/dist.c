@@ -27,12 +27,6 @@ static int d_rank = 0, d_size = 1, d_first = 0;
 int k3_dist_first(void) { return d_first; }
 int k3_dist_owner(uint32_t e, int n) { return k3_expert_owner(e, n, n == d_size ? d_first : 0); }
 
-/* K3_RANK0_EXPERTS=0: rank 0 keeps its memory for the trunk (README "Across machines"). */
-static void read_first(void)
-{
-    const char *v = getenv("K3_RANK0_EXPERTS");
-    d_first = d_size > 1 && v && !strcmp(v, "0");
-}
 
 static FILE *d_err;
 static uint64_t d_sent, d_recv;
@@ -66,6 +60,13 @@ static int launched(void)
 
 #ifdef K3_HAVE_MPI
 static int d_mpi = 0;
+
+/* K3_RANK0_EXPERTS=0: rank 0 keeps its memory for the trunk (README "Across machines"). */
+static void read_first(void)
+{
+    const char *v = getenv("K3_RANK0_EXPERTS");
+    d_first = d_size > 1 && v && !strcmp(v, "0");
+}
 
 int k3_dist_built(void) { return 1; }
 
