@@ -12,7 +12,8 @@
 #  3. an archive is refused (exit 2); --dry-run says what stays in place;
 #  4. small: the disk the pack takes while k3pack runs (polled), against the checkpoint:
 #     at most the checkpoint's non-expert tensors plus the copied records, with 3 % for
-#     the shards' alignment; the ratio (checkpoint + pack) / checkpoint is printed.
+#     the shards' alignment; the ratio (checkpoint + pack) / checkpoint is printed; with
+#     --trunk q8 as well, at most 1.1 (k3verify and k3run accept that pack).
 # Environment (set by ctest): K3_BIN K3_SRC K3_TEST_TMP
 . "$(dirname "$0")/lib.sh"
 
@@ -143,4 +144,20 @@ print("small in place: checkpoint %.1f MB, pack at its peak %.1f MB (trunk tenso
                                              peak["samples"], ratio))
 assert peak["samples"] > 0 and peak["peak_bytes"] <= bound, (peak, bound)
 EOF
+# 4b. the same with the compact trunk (--trunk q8, inexact): the pack is half the trunk, and packing
+#     fits in 1.1 x the checkpoint's disk even where the exact trunk alone is 16 % of it
+$PY "$K3_SRC/tests/pack/peak_disk.py" "$T/ipq" -- "$K3_BIN/k3pack" -q --experts-in-place --trunk q8 "$T/cks" -o "$T/ipq" \
+    >"$T/peakq" 2>/dev/null
+$PY - "$T/cks" "$T/peakq" <<'EOF' || fail "disk while packing small in place with a q8 trunk"
+import json, os, sys
+ck, peak = sys.argv[1], json.load(open(sys.argv[2]))
+ck_disk = sum(os.lstat(os.path.join(ck, n)).st_blocks * 512 for n in os.listdir(ck))
+ratio = (ck_disk + peak["peak_bytes"]) / ck_disk
+print("small in place, q8 trunk: pack at its peak %.1f MB, %d samples: %.3f x the checkpoint" % (
+      peak["peak_bytes"] / 1e6, peak["samples"], ratio))
+assert peak["samples"] > 0 and ratio <= 1.1, ratio
+EOF
+"$K3_BIN/k3verify" -q "$T/ipq" || fail "k3verify refused the in-place q8 pack"
+"$K3_BIN/k3run" -m "$T/ipq" -p x -n 2 >/dev/null 2>"$T/err" || { cat "$T/err" >&2; fail "k3run on the in-place q8 pack"; }
+grep -q INEXACT "$T/err" || fail "k3run on the in-place q8 pack does not say the trunk is inexact"
 echo "pack_in_place: all checks passed"
