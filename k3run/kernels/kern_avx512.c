@@ -118,19 +118,14 @@ static inline __attribute__((always_inline)) void mx_pass(const k3_mat *W, const
     const size_t rb = W->cols / 2;                                   /* code bytes per row */
     const uint8_t *q = (const uint8_t *)W->data + (size_t)r * rb;    /* [R][cols/2] codes */
     const uint8_t *s = W->scales + (size_t)r * nb;                   /* [R][cols/32] scales */
-    const uint8_t *nq = q + (size_t)R * rb, *ns = s + (size_t)R * nb; /* the next pass */
-    const size_t nqb = (size_t)rn * rb, nsb = (size_t)rn * nb;
-    const uint32_t step = (uint32_t)(R * 16 + 63) / 64;               /* lines per block */
+    const ks_next nx = {q + (size_t)R * rb, s + (size_t)R * nb, (size_t)rn * rb, (size_t)rn * nb,
+                        (uint32_t)(R * 16 + 63) / 64};               /* the next pass, lines per block */
     const __m512i p0 = _mm512_load_si512(mx_pick[0]), p1 = _mm512_load_si512(mx_pick[1]);
     __m512 acc[MX_R];                                                /* [row] lanes, slot order */
     for (int k = 0; k < R; k++) acc[k] = _mm512_setzero_ps();
     for (uint32_t b = 0; b < nb; b++) {
         const __m512 x0 = _mm512_load_ps(xp + 32 * b), x1 = _mm512_load_ps(xp + 32 * b + 16);
-        for (uint32_t j = 0; j < step; j++) {
-            size_t off = ((size_t)b * step + j) * 64;
-            if (off < nqb) KS_PREFETCH(nq, off);
-        }
-        if ((size_t)b * 64 < nsb) KS_PREFETCH(ns, (size_t)b * 64);
+        ks_next_step(&nx, b);
         for (int k = 0; k < R; k++) {
             const __m512 tab = _mm512_load_ps(k3_mx_table[s[(size_t)k * nb + b]]);
             __m512i qb = _mm512_broadcast_i32x4(
@@ -188,19 +183,13 @@ static inline __attribute__((always_inline)) void q8_pass(const k3_mat *W, const
     const size_t rb = W->cols;                                       /* code bytes per row */
     const int8_t *q = (const int8_t *)W->data + (size_t)r * rb;      /* [R][cols] codes */
     const uint8_t *s = W->scales + (size_t)r * nb;                   /* [R][cols/32] scales */
-    const int8_t *nq = q + (size_t)R * rb;                           /* the next pass */
-    const uint8_t *ns = s + (size_t)R * nb;
-    const size_t nqb = (size_t)rn * rb, nsb = (size_t)rn * nb;
-    const uint32_t step = (uint32_t)(R * 32 + 63) / 64;               /* lines per block */
+    const ks_next nx = {(const uint8_t *)q + (size_t)R * rb, s + (size_t)R * nb, (size_t)rn * rb, (size_t)rn * nb,
+                        (uint32_t)(R * 32 + 63) / 64};               /* the next pass, lines per block */
     __m512 acc[Q8_R];                                                /* [row] lanes 0-15 */
     for (int k = 0; k < R; k++) acc[k] = _mm512_setzero_ps();
     for (uint32_t b = 0; b < nb; b++) {
         const __m512 x0 = _mm512_loadu_ps(x + 32 * b), x1 = _mm512_loadu_ps(x + 32 * b + 16);
-        for (uint32_t j = 0; j < step; j++) {
-            size_t off = ((size_t)b * step + j) * 64;
-            if (off < nqb) KS_PREFETCH(nq, off);
-        }
-        if ((size_t)b * 64 < nsb) KS_PREFETCH(ns, (size_t)b * 64);
+        ks_next_step(&nx, b);
         for (int k = 0; k < R; k++) {
             const int8_t *qk = q + (size_t)k * rb + 32 * b;
             const __m512 sc = _mm512_set1_ps(ks_e8m0[s[(size_t)k * nb + b]].f);
