@@ -25,7 +25,7 @@
 static int d_rank = 0, d_size = 1, d_first = 0;
 
 int k3_dist_first(void) { return d_first; }
-int k3_dist_owner(uint32_t e, int n) { return k3_expert_owner(e, n, n == d_size ? d_first : 0); }
+int k3_dist_owner(uint32_t e) { return k3_expert_owner(e, d_size, d_first); }
 
 
 static FILE *d_err;

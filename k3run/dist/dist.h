@@ -37,14 +37,26 @@ int k3_dist_built(void);                /* 1 if this k3run has MPI support */
 int k3_dist_quiet(void);
 FILE *k3_dist_err(void);                /* this rank's own stderr (stderr on rank 0) */
 
-/* Which rank owns expert e (of any MoE layer) among n ranks whose experts are on ranks
-   first..n-1 (first 0: every rank; 1: all but rank 0), and the rule itself. */
+/* The rule of who owns which expert (of any MoE layer), among n ranks whose experts are on ranks
+   first..n-1 (first 0: every rank; 1: all but rank 0; one rank holds them all): the holders are
+   those ranks, a rank's place is its index among them (-1: it holds none), and expert e belongs
+   to the holder at place e % holders. The weights (which records a rank reads) and the planner
+   (how many it plans for) use these, the engine k3_dist_owner. */
+static inline int k3_expert_holders(int n, int first) { return n > 1 && n - first > 1 ? n - first : 1; }
+static inline int k3_expert_place(int rank, int n, int first) { return n > 1 ? rank - first : 0; }
 static inline int k3_expert_owner(uint32_t e, int n, int first)
 {
-    return n > first + 1 ? first + (int)(e % (uint32_t)(n - first)) : n - 1 < 0 ? 0 : n - 1;
+    return (n > 1 ? first : 0) + (int)(e % (uint32_t)k3_expert_holders(n, first));
 }
-/* This job's: n = k3_dist_size(), first = k3_dist_first(). */
-int k3_dist_owner(uint32_t e, int n);
+/* How many of experts 0..count-1 rank `rank` owns. */
+static inline uint64_t k3_expert_share(uint64_t count, int rank, int n, int first)
+{
+    int p = k3_expert_place(rank, n, first);
+    uint64_t h = (uint64_t)k3_expert_holders(n, first);
+    return p >= 0 && count > (uint64_t)p ? (count - (uint64_t)p + h - 1) / h : 0;
+}
+/* The owner of expert e in this job: k3_expert_owner(e, k3_dist_size(), k3_dist_first()). */
+int k3_dist_owner(uint32_t e);
 /* 1 when rank 0 holds no experts (K3_RANK0_EXPERTS=0 and more than one rank), else 0. */
 int k3_dist_first(void);
 

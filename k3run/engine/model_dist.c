@@ -67,10 +67,10 @@ k3_err k3_dist_moe_collect(k3_model *m, uint32_t T, k3_diag *d)
             continue;
         }
         size_t own = 0;
-        for (size_t i = 0; i < n; i++) own += k3_dist_owner((uint32_t)m->idx[i], R) == r;
+        for (size_t i = 0; i < n; i++) own += k3_dist_owner((uint32_t)m->idx[i]) == r;
         if ((e = k3_dist_recv(r, TAG_ROWS, m->dist_rows, own * Dl * sizeof(float), d))) return e;
         for (size_t i = 0, o = 0; i < n; i++)
-            if (k3_dist_owner((uint32_t)m->idx[i], R) == r)
+            if (k3_dist_owner((uint32_t)m->idx[i]) == r)
                 memcpy(m->Y + i * Dl, m->dist_rows + o++ * Dl, Dl * sizeof(float));
     }
     return first;
@@ -88,7 +88,7 @@ void k3_model_dist_stop(k3_model *m)
 k3_err k3_model_serve_experts(k3_model *m, k3_diag *d)
 {
     const k3_dims *z = &m->d;
-    const int R = k3_dist_size(), me = k3_dist_rank();
+    const int me = k3_dist_rank();
     k3_err e = rows_buffer(m, d);
     if (e) return e;
     for (;;) {
@@ -117,7 +117,7 @@ k3_err k3_model_serve_experts(k3_model *m, k3_diag *d)
         if (pe) continue;                           /* rank 0 reports it and stops us */
         size_t o = 0;
         for (size_t i = 0; i < n; i++)
-            if (k3_dist_owner((uint32_t)m->idx[i], R) == me)
+            if (k3_dist_owner((uint32_t)m->idx[i]) == me)
                 memcpy(m->dist_rows + o++ * Dl, m->Y + i * Dl, Dl * sizeof(float));
         if ((e = k3_dist_send(0, TAG_ROWS, m->dist_rows, o * Dl * sizeof(float), d))) return e;
     }

@@ -61,13 +61,13 @@ k3_err k3_moe_experts(k3_model *m, int layer, uint32_t T, const float *xl, k3_di
     const k3_dims *z = &m->d;
     k3_weights *w = m->w;
     const uint32_t E = z->E, k = z->k, Dl = z->Dl, Ie = z->Ie;
-    const int R = k3_dist_size(), me = k3_dist_rank();
+    const int me = k3_dist_rank();
     /* the batch's experts, ascending, acquired together */
     uint32_t nu = 0;
     memset(m->seen, 0, E * sizeof *m->seen);
     for (uint32_t i = 0; i < T * k; i++) m->seen[m->idx[i]]++;
     for (uint32_t e = 0; e < E; e++)                                  /* this rank's only */
-        if (m->seen[e] && k3_dist_owner(e, R) == me) m->uniq[nu++] = (int32_t)e;
+        if (m->seen[e] && k3_dist_owner(e) == me) m->uniq[nu++] = (int32_t)e;
     /* in groups the expert cache can hold at once (all of them when resident) */
     uint32_t cap = k3w_expert_capacity(w);
     int waves = T == 1 && omp_get_max_threads() > 1;

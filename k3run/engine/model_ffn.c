@@ -244,16 +244,16 @@ static void lookahead(k3_model *m, int layer, uint32_t T, const float *out)
         top_k(m->sel, E, k, m->idx + (size_t)t * k);
         for (uint32_t j = 0; j < ka; j++) m->seen[m->idx[(size_t)t * k + j]]++;
     }
-    const int R = k3_dist_size(), me = k3_dist_rank();
+    const int me = k3_dist_rank();
     uint32_t nu = 0;
     if (T == 1) {                                   /* one token: its own order, likeliest first */
         for (uint32_t j = 0; j < ka; j++)
-            if (k3_dist_owner((uint32_t)m->idx[j], R) == me) m->uniq[nu++] = m->idx[j];
+            if (k3_dist_owner((uint32_t)m->idx[j]) == me) m->uniq[nu++] = m->idx[j];
         k3w_experts_prefetch(w, nx, m->uniq, (int)nu);
         return;
     }
     for (uint32_t cnt = T; cnt > 0; cnt--)          /* a batch: named by the most tokens first */
         for (uint32_t e = 0; e < E; e++)
-            if (m->seen[e] == cnt && k3_dist_owner(e, R) == me) m->uniq[nu++] = (int32_t)e;
+            if (m->seen[e] == cnt && k3_dist_owner(e) == me) m->uniq[nu++] = (int32_t)e;
     k3w_experts_prefetch(w, nx, m->uniq, (int)nu);
 }

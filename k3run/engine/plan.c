@@ -6,6 +6,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "dist.h"
 #include "model_shape.h"
 #include "safetensors.h"
 
@@ -160,12 +161,9 @@ void k3_geometry_for_rank(const k3_geometry *g, int rank, int ranks, int first, 
 {
     *out = *g;
     if (ranks <= 1) return;
-    if (first > ranks - 1) first = ranks - 1;
-    uint64_t n = (uint64_t)(ranks - first);                  /* ranks holding experts */
-    out->ranks = (uint32_t)n;
+    out->ranks = (uint32_t)k3_expert_holders(ranks, first);  /* ranks holding experts */
     uint64_t per = g->n_moe_layers ? g->n_experts_total / g->n_moe_layers : 0;
-    uint64_t r = rank >= first ? (uint64_t)(rank - first) : UINT64_MAX;
-    out->n_experts_total = (per > r ? (per - r + n - 1) / n : 0) * g->n_moe_layers;
+    out->n_experts_total = k3_expert_share(per, rank, ranks, first) * g->n_moe_layers;
     out->experts_bytes = out->n_experts_total * g->expert_stride;
     if (rank == 0) return;
     for (uint32_t u = 0; u < g->n_units; u++) out->unit_bytes[u] = out->piece_bytes[u] = out->small_bytes[u] = 0;

@@ -29,6 +29,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dist.h"
 #include "k3_file.h"
 #include "k3_hash.h"
 #include "k3_sys.h"
@@ -149,24 +150,14 @@ static k3_err open_sources(k3_weights *w, k3_diag *d)
     return e;
 }
 
-/* Experts across ranks (dist.h): the records r of this rank are those with r % R == me, where R
-   is the number of ranks holding experts (all, or all but rank 0) and me this rank's place among
-   them (none on a rank 0 without experts); a resident layer keeps them packed, record r at index
-   r / R. */
-static uint64_t own_ranks(const k3_weights *w)
-{
-    int n = w->o.ranks - (w->o.ranks > 1 ? w->o.first : 0);
-    return n > 1 ? (uint64_t)n : 1;
-}
+/* Experts across ranks (dist.h's rule): the records r of this rank are those with r % R == me, R
+   the ranks holding experts and me this rank's place among them (UINT64_MAX: it holds none); a
+   resident layer keeps them packed, record r at index r / R. */
+static uint64_t own_ranks(const k3_weights *w) { return (uint64_t)k3_expert_holders(w->o.ranks, w->o.first); }
 static uint64_t own_me(const k3_weights *w)
 {
-    if (w->o.ranks <= 1) return 0;
-    return w->o.rank >= w->o.first ? (uint64_t)(w->o.rank - w->o.first) : UINT64_MAX;
-}
-static uint64_t own_count(const k3_weights *w, uint64_t count)
-{
-    uint64_t R = own_ranks(w), me = own_me(w);
-    return count > me ? (count - me + R - 1) / R : 0;
+    int p = k3_expert_place(w->o.rank, w->o.ranks, w->o.first);
+    return p >= 0 ? (uint64_t)p : UINT64_MAX;
 }
 
 /*
@@ -296,7 +287,7 @@ k3_err k3w_load_experts(k3_weights *w, k3_progress *pg, k3_diag *d)
             for (uint64_t r = 0; !e && r < me->count; r++) el->slot[r] = -1;
             if (me->stride > w->slot_bytes) w->slot_bytes = me->stride;
         } else if (!e) {                        /* resident: every record this rank owns, read below */
-            uint64_t own = own_count(w, me->count);
+            uint64_t own = k3_expert_share(me->count, w->o.rank, w->o.ranks, w->o.first);
             if (own > (SIZE_MAX - 4096) / me->stride ||
                 posix_memalign((void **)&el->data, 4096, (size_t)((own ? own : 1) * me->stride)))
                 e = k3_fail(d, K3_ERR_NOMEM, "out of memory for the experts of layer %u", me->layer);
