@@ -49,15 +49,16 @@ static k3_err run_verify(const char *pack, k3_diag *d)
 /*
  * Experts across MPI ranks (dist.h): every rank loads the same pack, rank 0 the trunk and its
  * share of the experts, the others their share only. A rank's failure is rank 0's to report:
- * agree() gathers every rank's status at rank 0 and hands the first failure to all, so rank 0
- * names it (with the rank) and the others exit quietly (worker_exit).
+ * agree() gathers every rank's status (mine, with d's message) at rank 0 and hands the first
+ * failure to all in d, so rank 0 names it (with the rank) and the others exit quietly
+ * (worker_exit).
  */
-static k3_err agree(k3_err mine, const k3_diag *md, k3_diag *d)
+static k3_err agree(k3_err mine, k3_diag *d)
 {
     const int R = k3_dist_size(), me = k3_dist_rank();
     if (R <= 1) return mine;
     struct { int32_t rank, code; char msg[480]; } st = {me, mine, {0}}, first = {-1, 0, {0}};
-    if (mine) snprintf(st.msg, sizeof st.msg, "%.479s", md->msg);
+    if (mine) snprintf(st.msg, sizeof st.msg, "%.479s", d->msg);
     k3_diag td;
     if (me == 0) {
         if (mine) first = st;
@@ -88,10 +89,9 @@ static k3_err same_pack(const char *pack, k3_diag *d)
 {
     const int R = k3_dist_size();
     uint64_t id = 0, all[256];
-    k3_diag md = {0};
     if (R > 256) return k3_fail(d, K3_ERR_USAGE, "%d ranks: k3run takes at most 256", R);
-    k3_err e = k3_pack_identity(pack, &id, &md);
-    if ((e = agree(e, &md, d))) return e;
+    k3_err e = k3_pack_identity(pack, &id, d);
+    if ((e = agree(e, d))) return e;
     if ((e = k3_dist_allgather64(id, all, d))) return e;
     for (int r = 1; r < R; r++)
         if (all[r] != all[0])
@@ -133,11 +133,7 @@ k3_err k3_load_plan(const k3_load_opts *o, k3_loaded *l, int *usage, k3_diag *d)
                                        o->snapshots, o->spec_tokens, &l->plan, d);
     if (!e && o->spec_tokens && !l->plan.verify_tokens && k3_log_level() >= 1 && k3_dist_rank() == 0)
         fprintf(stderr, "%s: no speculative decoding: the budget has no room for its buffers\n", k3_log_prog());
-    if (k3_dist_size() > 1) {
-        k3_diag md = *d;
-        e = agree(e, &md, d);
-        if (e && k3_dist_rank() > 0) worker_exit(l, e);
-    }
+    if (k3_dist_size() > 1 && (e = agree(e, d)) && k3_dist_rank() > 0) worker_exit(l, e);
     if (e) {
         *usage = e == K3_ERR_USAGE;
         return e;
@@ -167,15 +163,11 @@ k3_err k3_load_model(const k3_load_opts *o, k3_loaded *l, k3_diag *d)
         l->wo.no_trunk = 1;
     }
     k3_err e = k3_weights_load(l->w, &l->wo, d);
+    k3_model_opts mo = {.max_batch = o->batch, .context = o->context, .isa = o->isa, .all_logits = o->all_logits,
+                        .max_verify = p->verify_tokens, .dump = o->dump, .dump_ctx = o->dump_ctx};
     if (k3_dist_size() > 1) {
-        k3_diag md = *d;
-        if (!e) {
-            k3_model_opts mo = {.max_batch = o->batch, .context = o->context, .isa = o->isa,
-                                .max_verify = p->verify_tokens};
-            if (me > 0) e = k3_model_new(l->w, &mo, &l->m, d);
-        }
-        md = *d;
-        e = agree(e, &md, d);
+        if (!e && me > 0) e = k3_model_new(l->w, &mo, &l->m, d);   /* the buffers its experts use */
+        e = agree(e, d);
         if (me > 0) {                   /* serve rank 0 until it stops: this process ends here */
             if (!e && (e = k3_model_serve_experts(l->m, d)))
                 fprintf(k3_dist_err(), "%s: rank %d: %s\n", k3_log_prog(), me, d->msg);
@@ -187,8 +179,6 @@ k3_err k3_load_model(const k3_load_opts *o, k3_loaded *l, k3_diag *d)
         fprintf(stderr, "%s: note: this pack's trunk is compact (Q8, k3pack --trunk q8): INEXACT, its text differs "
                 "from the exact model's (the measured cost: docs/PERFORMANCE.md); the same at every budget and "
                 "thread count for this pack\n", k3_log_prog());
-    k3_model_opts mo = {.max_batch = o->batch, .context = o->context, .isa = o->isa, .all_logits = o->all_logits,
-                        .max_verify = p->verify_tokens, .dump = o->dump, .dump_ctx = o->dump_ctx};
     return k3_model_new(l->w, &mo, &l->m, d);
 }
 
