@@ -85,17 +85,19 @@ int k3i_summary_text(const k3i_ctx *x, FILE *f);
 int k3i_summary_json(const k3i_ctx *x, FILE *f);
 
 /* JSON pieces shared by both JSON views: opening fields and the warnings array. */
-/* --plan --ranks R (k3inspect_ranks.c; first 1: rank 0 holds no experts, --rank0-experts no): k3run's plans of rank 0 and rank 1 (gr, p: [2] each), network
-   bytes per decoded token, and the fewest ranks holding every expert in memory at this budget */
+/* --plan --ranks R (k3inspect_ranks.c; first 1: rank 0 holds no experts, --rank0-experts no; split:
+   the trunk split by rows, --trunk split, matrices of at least min bytes): k3run's plans of rank 0
+   and rank 1 (gr, p: [2] each), network bytes per decoded token, and the fewest ranks holding every
+   expert in memory at this budget */
 struct k3_geometry;
 struct k3_plan;
 k3_err k3i_rank_plans(const k3_config *c, const struct k3_geometry *g, uint64_t budget, uint32_t context,
-                      uint32_t batch, uint32_t verify, int R, int first, struct k3_geometry *gr,
-                      struct k3_plan *p, k3_diag *d);
-void k3i_rank_network(const k3_config *c, const struct k3_geometry *g, int R, int first, double *sent,
-                      double *received);
+                      uint32_t batch, uint32_t verify, int R, int first, int split, uint64_t min,
+                      struct k3_geometry *gr, struct k3_plan *p, k3_diag *d);
+void k3i_rank_network(const k3_config *c, const struct k3_geometry *g, int R, int first, int split, uint64_t min,
+                      double *sent, double *received);
 int k3i_ranks_all_resident(const k3_config *c, const struct k3_geometry *g, uint64_t budget, uint32_t context,
-                           uint32_t batch, uint32_t verify, int first);
+                           uint32_t batch, uint32_t verify, int first, int split, uint64_t min);
 
 void k3i_json_head(const k3i_ctx *x, FILE *f, const char *view);
 void k3i_json_warnings(const k3i_ctx *x, FILE *f);

@@ -1,8 +1,9 @@
 /*
  * k3inspect_ranks.c - `k3inspect --plan --ranks R`: k3run's plan for each MPI
  * rank when its experts are divided among R ranks (k3run/dist/dist.h: expert
- * e on rank e % R; rank 0 also the trunk), and what crosses the network per
- * decoded token (engine/model_dist.c's messages).
+ * e on rank e % R; rank 0 also the trunk, or with --trunk split every rank a
+ * slice of its rows), and what crosses the network per decoded token
+ * (engine/model_dist.c's messages).
  */
 #include <stdio.h>
 #include <string.h>
@@ -14,38 +15,52 @@
 
 /* Network bytes per decoded token between rank 0 and the others (model_dist.c): per MoE layer a
    broadcast of 12 + 4 k + 4 Dl to each other rank, and back 260 of status per rank plus 4 Dl for
-   each of the k slots another rank owns (uniform routing: (R-1)/R of them). */
-void k3i_rank_network(const k3_config *c, const k3_geometry *g, int R, int first, double *sent, double *received)
+   each of the k slots another rank owns (uniform routing: (R-1)/R of them); with the trunk split
+   (split), each split matrix's exchange too (k3_split_traffic). */
+void k3i_rank_network(const k3_config *c, const k3_geometry *g, int R, int first, int split, uint64_t min,
+                      double *sent, double *received)
 {
     double Dl = c->routed_expert_hidden_size ? (double)c->routed_expert_hidden_size : (double)c->hidden_size;
     double k = g->top_k, L = g->n_moe_layers;
     double remote = first ? 1.0 : (double)(R - 1) / R;       /* slots another rank owns */
     *sent = L * (12 + 4 * k + 4 * Dl) * (R - 1);
     *received = L * (4 * Dl * k * remote + 260.0 * (R - 1));
+    double ts = 0, tr = 0;
+    if (split) k3_split_traffic(g, R, min, &ts, &tr);
+    *sent += ts;
+    *received += tr;
 }
 
-/* Plans of rank 0 and of rank 1 (the others differ from rank 1 by at most one expert per layer). */
+/* Plans of rank 0 and of rank 1 (the others differ from rank 1 by at most one expert per layer
+   and, split, one block of rows per matrix). */
 k3_err k3i_rank_plans(const k3_config *c, const k3_geometry *g, uint64_t budget, uint32_t context, uint32_t batch,
-                      uint32_t verify, int R, int first, k3_geometry *gr, k3_plan *p, k3_diag *d)
+                      uint32_t verify, int R, int first, int split, uint64_t min, k3_geometry *gr, k3_plan *p,
+                      k3_diag *d)
 {
     for (int r = 0; r < 2 && r < R; r++) {
-        k3_geometry_for_rank(g, r, R, first, &gr[r]);
-        k3_err e = k3_plan_with_snapshots(c, &gr[r], budget, context, batch, 0, 0, verify, &p[r], d);
+        k3_err e = K3_OK;
+        if (split) e = k3_geometry_for_rank_split(g, r, R, first, min, &gr[r], d);
+        else k3_geometry_for_rank(g, r, R, first, &gr[r]);
+        if (!e) e = k3_plan_with_snapshots(c, &gr[r], budget, context, batch, 0, 0, verify, &p[r], d);
         if (e) return e;
     }
     return K3_OK;
 }
 
-/* The fewest ranks at this budget per rank that hold every expert in memory; 0 if none up to 4096. */
+/* The fewest ranks at this budget per rank that hold every expert in memory (split: and their
+   share of the trunk, which is never streamed); 0 if none up to 4096. */
 int k3i_ranks_all_resident(const k3_config *c, const k3_geometry *g, uint64_t budget, uint32_t context,
-                           uint32_t batch, uint32_t verify, int first)
+                           uint32_t batch, uint32_t verify, int first, int split, uint64_t min)
 {
     static k3_geometry gr[2];
     static k3_plan p[2];
     for (int R = 1; R <= 4096; R = R < 64 ? R + 1 : R + R / 16) {
         k3_diag d;
-        if (R <= first || k3i_rank_plans(c, g, budget, context, batch, verify, R, first, gr, p, &d)) continue;
-        if (p[0].experts_all_resident && (R == 1 || p[1].experts_all_resident)) return R;
+        if (R <= first || k3i_rank_plans(c, g, budget, context, batch, verify, R, first, split, min, gr, p, &d))
+            continue;
+        int ok = p[0].experts_all_resident && (R == 1 || p[1].experts_all_resident);
+        if (split && R > 1) ok = ok && !p[0].n_streamed && !p[1].n_streamed;
+        if (ok) return R;
     }
     return 0;
 }

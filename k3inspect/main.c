@@ -20,7 +20,8 @@
 
 enum {
     OPT_SUMMARY = K3_OPT_USER, OPT_JSON, OPT_FILTER, OPT_CONFIG, OPT_NO_CONFIG, OPT_SHARDS, OPT_PLAN, OPT_BUDGET,
-    OPT_PRESET, OPT_CONTEXT, OPT_BATCH, OPT_DRAFT, OPT_RANKS, OPT_RANK0_EXPERTS
+    OPT_PRESET, OPT_CONTEXT, OPT_BATCH, OPT_DRAFT, OPT_RANKS, OPT_RANK0_EXPERTS,
+    OPT_TRUNK, OPT_SPLIT_MIN
 };
 
 static const k3_opt opts[] = {
@@ -47,6 +48,11 @@ static const k3_opt opts[] = {
      "and of the others, the network bytes per token"},
     {OPT_RANK0_EXPERTS, 0, "rank0-experts", "yes|no", "yes", "K3_RANK0_EXPERTS",
      "--plan --ranks: no: rank 0 holds no experts, only the trunk (k3run: K3_RANK0_EXPERTS=0)"},
+    {OPT_TRUNK, 0, "trunk", "rank0|split", "rank0", "K3_TRUNK",
+     "--plan --ranks: split: the trunk's large matrices split by rows across the ranks, each keeping its "
+     "slice in memory (k3run: K3_TRUNK=split)"},
+    {OPT_SPLIT_MIN, 0, "split-min", "SIZE", "1M", "K3_SPLIT_MIN",
+     "--trunk split: smaller matrices stay whole on rank 0 (k3run: K3_SPLIT_MIN)"},
     K3_OPTS_COMMON,
 };
 #define N_OPTS ((int)(sizeof opts / sizeof opts[0]))
@@ -121,6 +127,13 @@ static int plan_cmd(const k3_args *a, const char *src)
     else if (r0 && !strcmp(r0, "0")) first = 1;                  /* K3_RANK0_EXPERTS=0, as k3run reads it */
     else if (r0 && strcmp(r0, "yes") && strcmp(r0, "1")) return k3_usage_error("--rank0-experts takes yes or no");
     if (ranks < 2) first = 0;
+    const char *ts = k3_opt_str(a, OPT_TRUNK), *ms = k3_opt_str(a, OPT_SPLIT_MIN);
+    int split = 0;
+    uint64_t split_min = K3_SPLIT_MIN_DEFAULT;
+    if (ts && !strcmp(ts, "split")) split = 1;
+    else if (ts && strcmp(ts, "rank0")) return k3_usage_error("--trunk takes rank0 or split");
+    if (ms && k3_parse_size(ms, 1, &split_min)) return k3_usage_error("--split-min: '%s' is not a size (0, 64K, 1M)", ms);
+    if (ranks < 2) split = 0;
 
     static k3_geometry geo;                          /* ~8 KiB: not on the stack */
     k3_config cfg;
@@ -152,15 +165,19 @@ static int plan_cmd(const k3_args *a, const char *src)
     const uint32_t verify = draft ? (uint32_t)draft + 1 : 0;
     /* as k3run plans: with the verify buffers where the budget has room for them; with --ranks,
        each rank's share (rank 0: the trunk and its experts; the others: their experts only) */
-    e = k3i_rank_plans(&cfg, &geo, budget, (uint32_t)context, (uint32_t)batch, verify, (int)ranks, first, rgeo, rplan,
-                       &d);
+    e = k3i_rank_plans(&cfg, &geo, budget, (uint32_t)context, (uint32_t)batch, verify, (int)ranks, first, split,
+                       split_min, rgeo, rplan, &d);
     if (e) return e == K3_ERR_USAGE ? k3_usage_error("%s", d.msg) : fail(e, &d);
     const k3_plan *pl = &rplan[0];
     const k3_geometry *pg = &rgeo[0];
     double sent = 0, recv = 0;
     int all_at = ranks > 1 ? k3i_ranks_all_resident(&cfg, &geo, budget, (uint32_t)context, (uint32_t)batch, verify,
-                                                    first) : 0;
-    if (ranks > 1) k3i_rank_network(&cfg, &geo, (int)ranks, first, &sent, &recv);
+                                                    first, split, split_min) : 0;
+    if (ranks > 1) k3i_rank_network(&cfg, &geo, (int)ranks, first, split, split_min, &sent, &recv);
+    uint32_t trips = geo.n_moe_layers;               /* exchanges per decoded token */
+    for (uint32_t i = 0; split && i < geo.n_mats; i++)
+        trips += k3_split_on(geo.mats[i].rows, (uint64_t)geo.mats[i].rows * geo.mats[i].row_bytes, (int)ranks,
+                             split_min);
 
     if (k3_opt_count(a, OPT_JSON)) {
         json_t *o = json_object(), *p = k3_plan_json(pl, pg);
@@ -182,10 +199,13 @@ static int plan_cmd(const k3_args *a, const char *src)
         json_decref(p);
         json_object_set_new(o, "ranks", json_integer((json_int_t)ranks));
         json_object_set_new(o, "rank0_experts", json_boolean(!first));
+        json_object_set_new(o, "trunk_placement", json_string(split ? "split" : "rank0"));
+        if (split) json_object_set_new(o, "split_min_bytes", json_integer((json_int_t)split_min));
         if (ranks > 1) {               /* the plan above is rank 0's */
             json_object_set_new(o, "other_ranks", k3_plan_json(&rplan[1], &rgeo[1]));
             json_object_set_new(o, "network_sent_bytes_per_token", json_real(sent));
             json_object_set_new(o, "network_received_bytes_per_token", json_real(recv));
+            json_object_set_new(o, "network_round_trips_per_token", json_integer(trips));
             json_object_set_new(o, "ranks_holding_every_expert", all_at ? json_integer(all_at) : json_null());
         }
         json_dumpf(o, stdout, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
@@ -195,15 +215,18 @@ static int plan_cmd(const k3_args *a, const char *src)
         char b[512];
         printf("Model: '%s' (geometry from the %s)\n", k3_escape(src, strlen(src), b, sizeof b), from);
         if (ranks > 1)
-            printf("\nRank 0 of %llu (mpirun -n %llu k3run: the front end, the trunk, %s), at this budget:\n",
-                   (unsigned long long)ranks, (unsigned long long)ranks, first ? "no experts" : "its share of the experts");
+            printf("\nRank 0 of %llu (mpirun -n %llu k3run: the front end, %s, %s), at this budget:\n",
+                   (unsigned long long)ranks, (unsigned long long)ranks,
+                   split ? "its slice of the trunk's split matrices and the rest of the trunk" : "the trunk",
+                   first ? "no experts" : "its share of the experts");
         k3_plan_print(stdout, pl, pg);
         if (ranks > 1) {
-            printf("\nEach other rank (rank 1 shown; its share of the experts, no trunk), at this budget:\n");
+            printf("\nEach other rank (rank 1 shown; its share of the experts, %s), at this budget:\n",
+                   split ? "its slice of the trunk's split matrices" : "no trunk");
             k3_plan_print(stdout, &rplan[1], &rgeo[1]);
             printf("\nNetwork per decoded token: rank 0 sends %.2f MB (%.2f MB to each other rank) and receives "
-                   "%.2f MB, in %u round trips (one per MoE layer)\n", sent / 1e6, sent / 1e6 / (double)(ranks - 1),
-                   recv / 1e6, geo.n_moe_layers);
+                   "%.2f MB, in %u round trips (%s)\n", sent / 1e6, sent / 1e6 / (double)(ranks - 1),
+                   recv / 1e6, trips, split ? "one per MoE layer and per split matrix" : "one per MoE layer");
             if (all_at)
                 printf("Every expert in memory at this budget per rank: %s; the fewest ranks that hold them all: %d\n",
                        rplan[0].experts_all_resident && rplan[1].experts_all_resident ? "yes" : "no", all_at);

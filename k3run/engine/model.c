@@ -168,7 +168,7 @@ k3_err k3_model_new(k3_weights *w, const k3_model_opts *o, k3_model **out, k3_di
     if (!e && m->d.block) e = need(m, -1, K3W_OUT_RES_NORM, m->d.D, 0, 1, d);
     if (!e && m->d.block) e = need(m, -1, K3W_OUT_RES_PROJ, m->d.D, 0, 1, d);
     if (e) { free(m); return e; }
-    if (alloc_buffers(m)) {
+    if (alloc_buffers(m) || (k3_dist_size() > 1 && !(m->lin = calloc(1, sizeof *m->lin)))) {
         k3_model_free(m);
         return k3_fail(d, K3_ERR_NOMEM, "out of memory allocating the model's buffers");
     }
@@ -254,6 +254,7 @@ void k3_model_free(k3_model *m)
                     m->logits, m->kda_work};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(m->dist_rows);
+    if (m->lin) { free(m->lin->x); free(m->lin->y); free(m->lin); }
     free(m);
 }
 
@@ -367,6 +368,7 @@ static k3_err pass(k3_model *m, const int32_t *ids, uint32_t T, int all_rows, k3
         }
         norm_rows(m, k3w_get(m->w, li, K3W_IN_NORM), a_in, T, z->D, eps, m->x);
         e = k3_layer_is_kda(c, i) ? k3_kda(m, li, T, m->x, m->att, d) : k3_mla(m, li, T, m->x, m->att, d);
+        if (!e) e = k3_dist_lin_check(m, d);                   /* a split matrix's exchange failed */
         if (e) return e;
         if (ps_none) memcpy(m->h, m->att, T * D * sizeof(float));
         else for (size_t j = 0; j < T * D; j++) m->h[j] = m->h[j] + m->att[j];
@@ -374,6 +376,7 @@ static k3_err pass(k3_model *m, const int32_t *ids, uint32_t T, int all_rows, k3
         if (z->block) { attnres(m, T, nb, m->h, li, K3W_MRES_NORM, K3W_MRES_PROJ, m->m_in); m_in = m->m_in; }
         norm_rows(m, k3w_get(m->w, li, K3W_POST_NORM), m_in, T, z->D, eps, m->x);
         e = k3_layer_is_moe(c, i) ? k3_moe(m, li, T, m->x, m->f, d) : k3_dense(m, li, T, m->x, m->f, d);
+        if (!e) e = k3_dist_lin_check(m, d);
         if (e) return e;
         for (size_t j = 0; j < T * D; j++) m->h[j] = m->h[j] + m->f[j];
         if (m->o.dump) {
@@ -391,6 +394,7 @@ static k3_err pass(k3_model *m, const int32_t *ids, uint32_t T, int all_rows, k3
     k3_lin(m, k3w_get(m->w, -1, K3W_LM_HEAD), m->x, n, m->logits);
     k3w_pass_end(m->w);
     if ((e = k3w_check(m->w, d))) return e;                    /* a row piece's read or hash failed */
+    if ((e = k3_dist_lin_check(m, d))) return e;
     dump(m, "logits", -1, n, z->V, m->logits, NULL);
     m->n_logits = n;
     return K3_OK;

@@ -13,7 +13,8 @@
  *   3. each other rank sends rank 0 a status {code, message} and then its
  *      slots' rows of Y in (t, j) order; rank 0 puts them in Y.
  * Rank 0 then weighs and sums Y in slot order exactly as in one process, so
- * the text does not depend on the rank count. Bytes per layer: rank 0 sends
+ * the text does not depend on the rank count. (The trunk's split matrices
+ * have their own exchange, model_split.c; this loop serves both.) Bytes per layer: rank 0 sends
  * 12 + 4 T k + 4 T Dl to each rank and receives 4 Dl per slot another rank
  * owns, plus 260 per rank.
  */
@@ -23,13 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { OP_STOP = 0, OP_MOE = 1 };
-enum { TAG_STATUS = 1, TAG_ROWS = 2 };
-
-typedef struct dist_status {
-    int32_t code;            /* k3_err of the rank's part, K3_OK when rows follow */
-    char msg[256];
-} dist_status;
 
 static k3_err rows_buffer(k3_model *m, k3_diag *d)
 {
@@ -95,6 +89,10 @@ k3_err k3_model_serve_experts(k3_model *m, k3_diag *d)
         uint32_t hdr[3];
         if ((e = k3_dist_bcast(hdr, sizeof hdr, d))) return e;
         if (hdr[0] == OP_STOP) return K3_OK;
+        if ((hdr[0] & 0xff) == OP_LIN) {                /* model_split.c */
+            if ((e = k3_dist_serve_lin(m, hdr, d))) return e;
+            continue;
+        }
         uint32_t layer = hdr[1], T = hdr[2];
         if (hdr[0] != OP_MOE || T == 0 || T > m->o.max_batch || layer >= z->L)
             return k3_fail(d, K3_ERR_INTERNAL, "rank %d: a message from rank 0 makes no sense (op %u, layer %u, "

@@ -75,7 +75,19 @@ struct k3_model {
     uint64_t bytes;               /* everything above (= k3_model_shape total for its dims) */
     float *dist_rows;             /* [B*k][Dl] expert outputs to or from another rank (model_dist.c; NULL in one
                                      process; not in the plan: docs/PERFORMANCE.md "Experts across ranks") */
+    struct dist_lin *lin;         /* the trunk split by rows (model_split.c; NULL in one process) */
 };
+
+/* The trunk split by rows across ranks (model_split.c): buffers grown to the largest exchange (not
+   in the plan, as dist_rows), and rank 0's first failure. */
+typedef struct dist_lin {
+    float *x;                     /* [T][cols] a split matrix's input (a rank other than 0) */
+    size_t x_cap;                 /* floats */
+    float *y;                     /* [T][slice rows] one rank's outputs of it, to or from rank 0 */
+    size_t y_cap;
+    k3_err err;                   /* rank 0: the first failed exchange (every later one is skipped) */
+    k3_diag d;
+} dist_lin;
 
 /* Fixed-order helpers (model_ops.c). The same code runs on every ISA. */
 float k3v_dot(const float *a, const float *b, uint32_t n);     /* 8 lanes, fixed tree */
@@ -99,6 +111,21 @@ k3_err k3_moe_experts(k3_model *m, int layer, uint32_t T, const float *xl, k3_di
    [T][Dl]) to the other ranks; collect their slots of Y after this rank computed its own */
 k3_err k3_dist_moe_send(k3_model *m, int layer, uint32_t T, const float *xl, k3_diag *d);
 k3_err k3_dist_moe_collect(k3_model *m, uint32_t T, k3_diag *d);
+/* The messages between ranks (model_dist.c, model_split.c): a header of three words from rank 0,
+   whose first word's low byte is the op; answers tagged with their kind. */
+enum { OP_STOP = 0, OP_MOE = 1, OP_LIN = 2 };   /* OP_LIN: the wid in the bits above the op */
+enum { TAG_STATUS = 1, TAG_ROWS = 2 };
+typedef struct dist_status {
+    int32_t code;                 /* k3_err of the rank's part, K3_OK when rows follow */
+    char msg[256];
+} dist_status;
+/* a rank other than 0: answer rank 0's OP_LIN header hdr [3] (model_split.c) */
+k3_err k3_dist_serve_lin(k3_model *m, const uint32_t *hdr, k3_diag *d);
+/* the trunk split by rows (model_split.c, rank 0's side): y [T][rows] = t x for a split tensor
+   (k3_tensor.split), each rank computing its own rows; a failure is kept for k3_dist_lin_check */
+void k3_dist_lin(const k3_model *m, const k3_tensor *t, const float *x, uint32_t T, float *y);
+/* the first failure of k3_dist_lin in this model (the pass that met it fails), K3_OK if none */
+k3_err k3_dist_lin_check(const k3_model *m, k3_diag *d);
 
 /* y [T][rows] = W x [T][cols] with the model's ISA */
 void k3_lin(const k3_model *m, const k3_tensor *t, const float *x, uint32_t T, float *y);

@@ -61,6 +61,7 @@ void k3_glu(const k3_model *m, float *g, const float *u, uint32_t n)
 
 void k3_lin(const k3_model *m, const k3_tensor *t, const float *x, uint32_t T, float *y)
 {
+    if (t->split) { k3_dist_lin(m, t, x, T, y); return; }   /* its rows are on every rank */
     if (t->mat.data) { k3_matmul(m->o.isa, &t->mat, x, t->mat.cols, T, y, t->mat.rows); return; }
     /* streamed in row pieces: each output element is one row's dot product, so the bits do not
        depend on the split (kern.h); a failed piece is reported by the layer's k3w_check */
@@ -75,7 +76,7 @@ void k3_lin(const k3_model *m, const k3_tensor *t, const float *x, uint32_t T, f
  * y[j] [T][rows_j] = t[j] x [T][cols] for j < n, the same x, in one parallel region: the rows
  * of all n matrices as one list of 32-row blocks (the blocks k3_matmul cuts, so the same calls
  * of the kernel and the same bits). k3_lin_fused does it only when every tensor is whole in
- * memory (returns 0, computing nothing, when one is streamed in row pieces: their pieces are
+ * memory and none is split across ranks (returns 0, computing nothing, when one is streamed in row pieces: their pieces are
  * read in the unit's order of use, so a caller that fused products out of that order keeps
  * its plain order then); k3_lin_n falls back to k3_lin one after the other.
  */
@@ -93,7 +94,7 @@ int k3_lin_fused(const k3_model *m, int n, const k3_tensor *const *t, const floa
     int piecewise = 0;
     start[0] = 0;
     for (int j = 0; j < n; j++) {
-        piecewise |= !t[j]->mat.data;
+        piecewise |= !t[j]->mat.data || t[j]->split;               /* split: k3_lin's exchange */
         start[j + 1] = start[j] + (long)((t[j]->mat.rows + BR - 1) / BR);
         work += (double)t[j]->mat.rows * t[j]->mat.cols * T;
     }

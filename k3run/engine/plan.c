@@ -52,6 +52,29 @@ int k3_tensor_by_rows(const char *name, int ndim, const uint64_t *shape)
     return ndim == 2 && shape[0] > 1;
 }
 
+int k3_tensor_splittable(const char *name, int ndim, const uint64_t *shape)
+{
+    const char *router = "block_sparse_moe.gate.weight";
+    size_t n = strlen(name), k = strlen(router);
+    if (n >= k && !strcmp(name + n - k, router)) return 0;
+    return k3_tensor_by_rows(name, ndim, shape);
+}
+
+void k3_geometry_add_mat(k3_geometry *g, int unit, const char *name, int ndim, const uint64_t *shape, uint64_t size)
+{
+    if (unit < 0 || g->n_mats == UINT32_MAX || !k3_tensor_splittable(name, ndim, shape)) return;
+    if (g->n_mats == K3_MAX_SPLIT_MATS || shape[0] > UINT32_MAX || size / shape[0] > UINT32_MAX) {
+        g->n_mats = UINT32_MAX;
+        return;
+    }
+    k3_split_mat *m = &g->mats[g->n_mats++];
+    m->unit = (uint32_t)unit;
+    m->rows = (uint32_t)shape[0];
+    m->row_bytes = (uint32_t)(size / shape[0]);
+    m->cols = (uint32_t)(ndim == 2 ? shape[1] : 0);
+    m->scale_row_bytes = m->row_bytes == m->cols ? m->cols / 32 : 0;
+}
+
 int k3_tensor_in_pieces(const char *name, int ndim, const uint64_t *shape, uint64_t size, uint64_t chunk)
 {
     return k3_tensor_by_rows(name, ndim, shape) && size > chunk / 4;
@@ -107,6 +130,7 @@ k3_err k3_geometry_from_manifest(const k3_manifest *m, const k3_config *c, k3_ge
         const k3_mf_tensor *t = &m->tensors[i];
         int u = k3_trunk_unit(t->name, c->num_hidden_layers);
         if (u >= 0) k3_unit_add(&acc[u], t->name, t->ndim, t->shape, t->size, g->chunk);
+        k3_geometry_add_mat(g, u, t->name, t->ndim, t->shape, t->size);
     }
     for (uint32_t u = 0; u <= c->num_hidden_layers; u++) unit_finish(g, u, &acc[u]);
     free(acc);
@@ -139,6 +163,7 @@ k3_err k3_geometry_from_config(const k3_config *c, k3_geometry *g, k3_diag *d)
         if (!ex) {
             int u = k3_trunk_unit(t->name, c->num_hidden_layers);
             if (u >= 0) k3_unit_add(&acc[u], t->name, t->rank, t->shape, t->nbytes, g->chunk);
+            k3_geometry_add_mat(g, u, t->name, t->rank, t->shape, t->nbytes);
             continue;
         }
         if (first_moe < 0) first_moe = t->layer;

@@ -74,6 +74,40 @@ typedef struct k3_unit_acc {
 } k3_unit_acc;
 void k3_unit_add(k3_unit_acc *a, const char *name, int ndim, const uint64_t *shape, uint64_t size, uint64_t chunk);
 
+/*
+ * The trunk split by rows across MPI ranks (K3_TRUNK=split, docs/PERFORMANCE.md "The trunk
+ * across ranks"): each large trunk matrix the model multiplies once per pass is cut into R
+ * slices of whole 32-row blocks (the blocks the kernels cut anyway), rank r keeps and multiplies
+ * slice r, and rank 0 gathers the outputs. Every output element is still one row's dot product
+ * in the canonical order, so the bits are those of one process.
+ */
+#define K3_SPLIT_BLOCK 32u                   /* rows: = kern.h's K3_KERN_BLOCK */
+#define K3_SPLIT_MIN_DEFAULT (1ull << 20)    /* a smaller matrix stays whole on rank 0 (K3_SPLIT_MIN) */
+#define K3_MAX_SPLIT_MATS 4096               /* matrices a geometry lists (real K3: 1,021) */
+/* 1 if a trunk tensor may be split: k3_tensor_by_rows, and not a MoE router (rank 0's
+   lookahead multiplies it too, so rank 0 keeps it whole). */
+int k3_tensor_splittable(const char *name, int ndim, const uint64_t *shape);
+/* 1 if such a matrix of `rows` rows and `size` bytes is split among `ranks`: more than one rank,
+   at least two blocks of rows, at least `min` bytes. */
+int k3_split_on(uint64_t rows, uint64_t size, int ranks, uint64_t min);
+/* Rank `rank`'s slice [*lo, *hi) of `rows` rows: blocks b with b * ranks / nblocks == rank,
+   contiguous (it may be empty). */
+void k3_split_rows(uint32_t rows, int rank, int ranks, uint32_t *lo, uint32_t *hi);
+/* K3_TRUNK from the environment: 0 unset, empty or "rank0"; 1 "split"; -1 anything else. */
+int k3_trunk_split_env(void);
+/* K3_SPLIT_MIN=SIZE from the environment (bytes, K/M/G suffixes), else K3_SPLIT_MIN_DEFAULT;
+   UINT64_MAX when it is not a size. */
+uint64_t k3_split_min_env(void);
+
+/* A splittable matrix of the trunk, as the geometry lists it. */
+typedef struct k3_split_mat {
+    uint32_t unit;               /* its trunk unit */
+    uint32_t rows, cols;
+    uint32_t row_bytes;          /* bytes of one row (size = rows x row_bytes) */
+    uint32_t scale_row_bytes;    /* a Q8 matrix (one byte per weight): its NAME_scale's bytes per row
+                                    (cols / 32), sliced with it; else 0 */
+} k3_split_mat;
+
 typedef struct k3_geometry {
     uint64_t trunk_bytes;        /* every unit (all non-expert tensors but the embedding table) */
     uint32_t n_units;            /* n_layers + 1: the layers, then the head */
@@ -92,7 +126,15 @@ typedef struct k3_geometry {
     uint32_t ranks;              /* 0 or 1: one process; else this geometry is one MPI rank's share
                                     (k3_geometry_for_rank): a token asks it for top_k / ranks experts
                                     per MoE layer on average */
+    int split;                   /* this rank's share of a trunk split by rows (k3_geometry_for_rank_split):
+                                    unit_bytes are its slices (and on rank 0 the unsplit tensors) */
+    uint32_t n_mats;             /* splittable matrices listed (UINT32_MAX: more than K3_MAX_SPLIT_MATS) */
+    k3_split_mat mats[K3_MAX_SPLIT_MATS];
 } k3_geometry;
+
+/* List tensor `name` in g->mats if it is splittable (the geometry makers call it for every
+   trunk tensor of unit `unit`). */
+void k3_geometry_add_mat(k3_geometry *g, int unit, const char *name, int ndim, const uint64_t *shape, uint64_t size);
 
 k3_err k3_geometry_from_manifest(const k3_manifest *m, const k3_config *c, k3_geometry *g, k3_diag *d);
 /* From the config alone, with k3pack's layout (docs/FORMAT.md 2.3). */
@@ -136,6 +178,16 @@ typedef struct k3_plan {
  * k3_plan_*, as one process is.
  */
 void k3_geometry_for_rank(const k3_geometry *g, int rank, int ranks, int first, k3_geometry *out);
+/* The same with the trunk split by rows (K3_TRUNK=split; matrices of at least `min` bytes): every
+   rank's units hold its slices, rank 0's also the tensors not split (and the embedding rows).
+   Every unit is to be resident (k3run refuses a split plan that streams one). K3_ERR_USAGE when
+   the geometry lists too many matrices. */
+k3_err k3_geometry_for_rank_split(const k3_geometry *g, int rank, int ranks, int first, uint64_t min,
+                                  k3_geometry *out, k3_diag *d);
+/* Network bytes per forward pass of one token that splitting the trunk adds (model_dist.c): per
+   split matrix of C columns and N rows, rank 0 broadcasts 12 + 4 C to each other rank and
+   receives 260 of status from each and 4 (N - its slice) of outputs. */
+void k3_split_traffic(const k3_geometry *g, int ranks, uint64_t min, double *sent, double *received);
 
 /*
  * Make the plan. buffers/kda_state/mla_cache come from the model's own sizing

@@ -141,6 +141,7 @@ json_t *k3_plan_json(const k3_plan *p, const k3_geometry *g)
     set_u64(o, "margin_bytes", p->margin);
 
     set_u64(tr, "units", p->n_units);
+    json_object_set_new(tr, "split", json_boolean(g->split));   /* this rank's slices (K3_TRUNK=split) */
     set_u64(tr, "bytes", g->trunk_bytes);
     for (uint32_t u = 0; u < p->n_units; u++) {
         json_array_append_new(ub, json_integer((json_int_t)g->unit_bytes[u]));

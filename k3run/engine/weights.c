@@ -215,7 +215,32 @@ static k3_err build_index(k3_weights *w, k3_diag *d)
         }
     }
     free(sorted);
+    for (uint32_t i = 0; i < w->mf.n_tensors; i++) w->tensors[i].layer = w->tensors[i].wid = -1;
+    for (uint32_t l = 0; l <= w->n_layers; l++)         /* each tensor knows where it is found */
+        for (int id = 0; id < K3W__COUNT; id++)
+            if (w->idx[l][id]) {
+                k3_tensor *t = &w->tensors[w->idx[l][id] - w->tensors];
+                t->layer = (int)l - 1;
+                t->wid = id;
+            }
     return K3_OK;
+}
+
+/* The trunk split by rows (k3_weights_opts.split): mark each matrix the model multiplies split
+   and give it this rank's slice (plan_split.c's rule, as the planner and the other ranks apply it). */
+static void mark_split(k3_weights *w)
+{
+    if (!w->o.split || w->o.ranks <= 1) return;
+    for (uint32_t i = 0; i < w->mf.n_tensors; i++) {
+        const k3_mf_tensor *mt = &w->mf.tensors[i];
+        k3_tensor *t = &w->tensors[i];
+        if (!t->name || t->wid < 0 || k3_trunk_unit(mt->name, w->n_layers) < 0) continue;
+        if (!k3_tensor_splittable(mt->name, mt->ndim, mt->shape) ||
+            !k3_split_on(mt->shape[0], mt->size, w->o.ranks, w->o.split_min))
+            continue;
+        t->split = 1;
+        k3_split_rows(t->mat.rows, w->o.rank, w->o.ranks, &t->lo, &t->hi);
+    }
 }
 
 k3_err k3_weights_open(const char *dir, k3_weights **out, k3_diag *d)
@@ -274,8 +299,9 @@ k3_err k3_weights_load(k3_weights *w, const k3_weights_opts *o, k3_diag *d)
     k3_err e = open_trunk(w, d);
     if (!e) e = link_scales(w, d);
     if (!e) e = build_index(w, d);
+    if (!e) mark_split(w);
     if (!e) e = k3w_build_units(w, d);
-    if (!e && !o->no_trunk) e = open_embed(w, pp, d);
+    if (!e && !o->no_trunk && !(o->split && o->rank > 0)) e = open_embed(w, pp, d);   /* rank 0's alone */
     if (!e && !o->no_trunk) e = k3w_load_units(w, pp, d);
     if (!e) e = k3w_load_experts(w, pp, d);
     if (pp) k3_progress_end(pp);

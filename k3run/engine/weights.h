@@ -58,6 +58,10 @@ typedef struct k3_tensor {
     int enc;                 /* K3_ENC_BF16 / K3_ENC_F32 */
     uint64_t numel;
     k3_mat mat;              /* 2-D view [rows, cols] (rows = shape[0], cols = the rest) */
+    int layer, wid;          /* where k3w_get finds it (layer -1: model level; wid -1: not the model's) */
+    int split;               /* the trunk split by rows (k3_weights_opts.split): only rows [lo, hi) of it
+                                (and of its scales) are in memory on this rank, the others are not */
+    uint32_t lo, hi;         /* split: this rank's slice (k3_split_rows) */
 } k3_tensor;
 
 /* The three matrices of one routed expert. */
@@ -79,6 +83,11 @@ typedef struct k3_weights_opts {
                                 first) == rank are read, kept and acquired (resident: those only); ranks 0 or
                                 1: every expert */
     int no_trunk;            /* a rank that only multiplies experts: no trunk unit is read or kept */
+    int split;               /* the trunk split by rows across `ranks` (plan.h, K3_TRUNK=split): every
+                                unit resident; each splittable matrix of at least split_min bytes keeps
+                                only this rank's rows (the others are read, hash-checked and dropped);
+                                rank 0 keeps the rest of the trunk, the other ranks nothing else */
+    uint64_t split_min;
 } k3_weights_opts;
 
 /* Counters since open (expert counters stay zero when every expert is resident). */

@@ -22,6 +22,7 @@
 
 #include <inttypes.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <string.h>
 
 #include "k3_sys.h"
@@ -377,12 +378,51 @@ static k3_err begin_split(k3_weights *w, int u, k3_diag *d)
 
 /* ------------------------------------------------------------------ public */
 
-/* Read every resident unit now (all queued at once, the readers work in parallel); set up the
-   stream buffers and start reading the first piece. */
+/* Give back the pages of [p, p + n) that lie wholly inside it (they read as zeros afterwards). */
+static void drop_pages(const uint8_t *p, uint64_t n)
+{
+    uintptr_t a = ((uintptr_t)p + 4095) & ~(uintptr_t)4095, b = ((uintptr_t)p + n) & ~(uintptr_t)4095;
+    if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
+/* The trunk split by rows (k3_weights_opts.split), unit u just read and hash-checked: keep rows
+   [lo, hi) of each split matrix and of its scales, and on a rank other than 0 nothing else. */
+static void keep_slices(k3_weights *w, int u)
+{
+    const trunk_unit *un = &w->units[u];
+    uint8_t *keep = calloc(un->n, 1);                  /* [n] 0: all the tensor's pages go back */
+    for (uint32_t k = 0; k < un->n && keep; k++) keep[k] = w->o.rank == 0 || w->tensors[un->ti[k]].split;
+    for (uint32_t k = 0; k < un->n; k++) {
+        const k3_tensor *t = &w->tensors[un->ti[k]];
+        uint32_t s = w->tscale ? w->tscale[un->ti[k]] : UINT32_MAX;
+        if (!t->split) continue;
+        const k3_mf_tensor *mt = &w->mf.tensors[un->ti[k]];
+        uint64_t rb = mt->size / t->mat.rows;
+        drop_pages(t->mat.data, t->lo * rb);
+        drop_pages((const uint8_t *)t->mat.data + t->hi * rb, mt->size - t->hi * rb);
+        if (s != UINT32_MAX) {                         /* its scales: [rows][cols / 32] */
+            uint64_t sb = t->mat.cols / 32;
+            drop_pages(t->mat.scales, t->lo * sb);
+            drop_pages(t->mat.scales + t->hi * sb, (t->mat.rows - t->hi) * sb);
+            for (uint32_t j = 0; j < un->n && keep; j++)
+                if (un->ti[j] == s) keep[j] = 2;       /* sliced above, not dropped whole */
+        }
+    }
+    for (uint32_t k = 0; k < un->n && keep; k++)
+        if (!keep[k] && un->pos[k] != UINT64_MAX)
+            drop_pages(w->tensors[un->ti[k]].mat.data, w->mf.tensors[un->ti[k]].size);
+    free(keep);
+}
+
+/* Read every resident unit now (all queued at once, the readers work in parallel; with the trunk
+   split, one unit at a time, each cut to this rank's slices before the next is read, so memory
+   never holds more than one whole unit); set up the stream buffers and start reading the first
+   piece. */
 k3_err k3w_load_units(k3_weights *w, k3_progress *pg, k3_diag *d)
 {
     uint32_t nu = w->n_layers + 1;
     uint64_t big = 0, small = 0;
+    const int slices = w->o.split && w->o.ranks > 1;
     for (uint32_t u = 0; u < nu; u++) {
         trunk_unit *un = &w->units[u];
         if (un->streamed) {
@@ -393,11 +433,16 @@ k3_err k3w_load_units(k3_weights *w, k3_progress *pg, k3_diag *d)
             return k3_fail(d, K3_ERR_NOMEM, "out of memory for the trunk of %s %u (%" PRIu64 " bytes)",
                            u < w->n_layers ? "layer" : "the head", u, un->bytes);
         submit_tensors(w, (int)u, un->mem);
+        if (!slices) continue;
+        k3_err e = wait_tensors(w, (int)u, pg, d);
+        place(w, (int)u, un->mem);
+        if (e) return e;
+        keep_slices(w, (int)u);
     }
     for (uint32_t p = 0; p < w->n_pieces; p++)
         if (w->pieces[p].bytes > big) big = w->pieces[p].bytes;
     k3_err e = K3_OK;
-    for (uint32_t u = 0; u < nu; u++) {
+    for (uint32_t u = 0; u < nu && !slices; u++) {
         if (w->units[u].streamed) continue;
         k3_err eu = wait_tensors(w, (int)u, pg, d);    /* wait for all, even after a failure */
         if (!e) e = eu;

@@ -101,6 +101,27 @@ static k3_err same_pack(const char *pack, k3_diag *d)
     return K3_OK;
 }
 
+/* Where the trunk runs (K3_TRUNK, K3_SPLIT_MIN; plan.h): rank 0's environment decides for all. */
+static k3_err trunk_mode(k3_loaded *l, k3_diag *d)
+{
+    struct { int32_t split, pad; uint64_t min; } m = {0, 0, 0};
+    k3_err e = K3_OK;
+    if (k3_dist_rank() == 0) {
+        m.split = k3_trunk_split_env();
+        m.min = k3_split_min_env();
+        if (m.split < 0)
+            e = k3_fail(d, K3_ERR_USAGE, "K3_TRUNK='%s': expected rank0 (the trunk on rank 0, the default) or split "
+                        "(its matrices split by rows across the ranks)", getenv("K3_TRUNK"));
+        else if (m.min == UINT64_MAX)
+            e = k3_fail(d, K3_ERR_USAGE, "K3_SPLIT_MIN='%s' is not a size (0, 64K, 1M)", getenv("K3_SPLIT_MIN"));
+    }
+    if ((e = agree(e, d))) return e;
+    if ((e = k3_dist_bcast(&m, sizeof m, d))) return e;
+    l->trunk_split = m.split == 1 && k3_dist_size() > 1;
+    l->split_min = m.min;
+    return K3_OK;
+}
+
 k3_err k3_load_plan(const k3_load_opts *o, k3_loaded *l, int *usage, k3_diag *d)
 {
     memset(l, 0, sizeof *l);
@@ -122,15 +143,22 @@ k3_err k3_load_plan(const k3_load_opts *o, k3_loaded *l, int *usage, k3_diag *d)
                     budget / 1073741824.0, src);
     }
     static k3_geometry geo, whole;                   /* ~8 KiB each: not on the stack */
-    if (k3_dist_size() > 1 && (e = same_pack(o->pack, d))) {      /* before anything is read */
+    if (k3_dist_size() > 1 && ((e = same_pack(o->pack, d)) || (e = trunk_mode(l, d)))) {   /* before any read */
         if (k3_dist_rank() > 0) worker_exit(l, e);
         return e;
     }
+    const int me = k3_dist_rank(), R = k3_dist_size();
     e = k3_weights_open(o->pack, &l->w, d);         /* the manifest and config only */
     if (!e) e = k3_geometry_from_manifest(k3w_manifest(l->w), k3w_config(l->w), &whole, d);
-    if (!e) k3_geometry_for_rank(&whole, k3_dist_rank(), k3_dist_size(), k3_dist_first(), &geo);   /* its share */
+    if (!e && l->trunk_split) e = k3_geometry_for_rank_split(&whole, me, R, k3_dist_first(), l->split_min, &geo, d);
+    else if (!e) k3_geometry_for_rank(&whole, me, R, k3_dist_first(), &geo);   /* its share */
     if (!e) e = k3_plan_with_snapshots(k3w_config(l->w), &geo, budget, o->context, o->batch, o->all_logits,
                                        o->snapshots, o->spec_tokens, &l->plan, d);
+    if (!e && l->trunk_split && l->plan.n_streamed)  /* each rank's slices must stay in memory */
+        e = k3_fail(d, K3_ERR_USAGE, "K3_TRUNK=split: this rank's share of the trunk (%.2f GiB) does not fit its "
+                    "budget (%.2f GiB) with its buffers and the smallest expert cache, and a split trunk is never "
+                    "streamed: give each rank more --budget, use more ranks, or leave K3_TRUNK unset (the trunk "
+                    "on rank 0, streamed within its budget)", geo.trunk_bytes / 1073741824.0, budget / 1073741824.0);
     if (!e && o->spec_tokens && !l->plan.verify_tokens && k3_log_level() >= 1 && k3_dist_rank() == 0)
         fprintf(stderr, "%s: no speculative decoding: the budget has no room for its buffers\n", k3_log_prog());
     if (k3_dist_size() > 1 && (e = agree(e, d)) && k3_dist_rank() > 0) worker_exit(l, e);
@@ -157,10 +185,11 @@ k3_err k3_load_model(const k3_load_opts *o, k3_loaded *l, k3_diag *d)
     l->wo = (k3_weights_opts){.verify_reads = o->verify_reads, .progress = me == 0,
                               .expert_slots = p->experts_all_resident ? 0 : p->expert_slots,
                               .unit_streamed = p->n_streamed ? p->unit_streamed : NULL,
-                              .chunk = p->chunk, .rank = me, .ranks = k3_dist_size(), .first = k3_dist_first()};
-    if (me > 0) {                       /* its plan has no trunk (k3_geometry_for_rank): read none */
+                              .chunk = p->chunk, .rank = me, .ranks = k3_dist_size(), .first = k3_dist_first(),
+                              .split = l->trunk_split, .split_min = l->split_min};
+    if (me > 0) {                       /* its plan has no trunk (k3_geometry_for_rank), or its slices */
         l->wo.unit_streamed = NULL;
-        l->wo.no_trunk = 1;
+        l->wo.no_trunk = !l->trunk_split;
     }
     k3_err e = k3_weights_load(l->w, &l->wo, d);
     k3_model_opts mo = {.max_batch = o->batch, .context = o->context, .isa = o->isa, .all_logits = o->all_logits,

@@ -38,6 +38,8 @@ typedef struct k3_loaded {
     const k3_geometry *geo;        /* the plan's input (the pack's geometry) */
     k3_weights_opts wo;
     double t_verify;               /* seconds k3verify took (not part of the load time) */
+    int trunk_split;               /* the trunk split by rows across the ranks (K3_TRUNK=split, more than one) */
+    uint64_t split_min;            /* then: the smallest matrix split (K3_SPLIT_MIN) */
 } k3_loaded;
 
 /* Step 1: verify (o->verify), open the manifest and config, plan. usage: the error is the

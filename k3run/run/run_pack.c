@@ -292,6 +292,8 @@ checked:
             json_object_set_new(doc, "experts_in_place_layers", json_integer((json_int_t)k3w_in_place_layers(w)));
             json_object_set_new(doc, "trunk", json_string(k3w_trunk_q8(w) ? "q8 (inexact)" : "exact"));
             json_object_set_new(doc, "ranks", json_integer(k3_dist_size()));   /* MPI ranks (dist.h) */
+            json_object_set_new(doc, "trunk_placement", json_string(wo.split ? "split" : "rank0"));
+            json_object_set_new(doc, "trunk_resident_bytes", json_integer((json_int_t)plan.trunk_resident));
             json_object_set_new(doc, "network_bytes_sent", json_integer((json_int_t)k3_dist_bytes_sent()));
             json_object_set_new(doc, "network_bytes_received", json_integer((json_int_t)k3_dist_bytes_received()));
             json_object_set_new(doc, "expert_hits", json_integer((json_int_t)ws.expert_hits));

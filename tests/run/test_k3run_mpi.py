@@ -241,5 +241,124 @@ class TestMpi(unittest.TestCase):
         print("rank 1 killed: the job ended %.1f s later, exit %d" % (took, p.returncode))
 
 
+SPLIT = {"K3_TRUNK": "split", "K3_SPLIT_MIN": "0"}      # every matrix of two blocks or more split
+
+
+def plan_json(pack, R, budget="4G", extra=()):
+    return json.loads(run([os.path.join(BIN, "k3inspect"), "--plan", "--budget", budget, "--ranks", str(R), "--json"]
+                          + list(extra) + [pack]).stdout)
+
+
+def split_budget(pack, R):
+    """The smallest budget per rank (to 64 KiB) at which every rank of R keeps its slices of the split
+    trunk in memory, by k3inspect's plan: below it, k3run refuses the split."""
+    lo, hi = 1 << 20, 1 << 33
+    def fits(b):
+        try:
+            p = plan_json(pack, R, str(b), ["--trunk", "split", "--split-min", "0"])
+        except AssertionError:
+            return False
+        return not p["trunk"]["streamed"] and not p["other_ranks"]["trunk"]["streamed"]
+    while hi - lo > 65536:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+    return hi
+
+
+@unittest.skipUnless(BUILT, "k3run is built without MPI")
+class TestTrunkSplit(unittest.TestCase):
+    """K3_TRUNK=split: every large trunk matrix cut by rows among the ranks (plan.h), each rank
+    multiplying its own slice; the text is still the single process's, byte for byte."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.work = os.path.join(TMP, "k3run-mpi")
+        os.makedirs(cls.work, exist_ok=True)
+        cls.tiny = make_pack("tiny", 1)[1]
+        cls.kjv = kjv_pack(cls.work)
+
+    def same(self, pack, args, ranks, what, env=SPLIT, budget=None):
+        """budget: each rank's, below what one process needs (the budget never changes the text)"""
+        cmd = args[:1] + ["-m", pack] + args[1:] if args[0] == "chat" else ["-m", pack] + args
+        want = one(cmd)
+        self.assertTrue(want.strip(), "no output")
+        for r in ranks:
+            p = mpirun(r, cmd + (["--budget", str(budget)] if budget else []), env=env)
+            self.assertEqual(p.stdout, want, "%s at %d ranks, the trunk split: other output than one process" % (what, r))
+
+    def test_tiny_and_small(self):
+        base = ["-p", "The quick brown fox", "-n", "24", "--print-ids", "-t", "1"]
+        self.same(self.tiny, base, (2, 3, 4), "tiny resident")
+        self.same(self.tiny, base + ["--temp", "0.9", "--seed", "5"], (2, 4), "tiny sampled")
+        b = split_budget(self.tiny, 3)                        # the experts through a cache
+        self.assertLess(b, minimum_budget(self.tiny), "the split minimum is not below one process's")
+        self.same(self.tiny, base, (3,), "tiny at the split minimum", budget=b)
+        small = make_pack("small", 7)[1]
+        self.same(small, ["-p", "Once upon a time", "-n", "8", "--print-ids", "-t", "2"], (2, 3), "small")
+
+    def test_compact_trunk(self):
+        """A Q8 trunk (k3pack --trunk q8): each rank keeps its rows of the codes and of their scales."""
+        q8 = os.path.join(self.work, "tiny-q8.k3pack")
+        if not os.path.exists(os.path.join(q8, "manifest.json")):
+            run([os.path.join(BIN, "k3pack"), "-q", "--trunk", "q8", make_pack("tiny", 1)[0], "-o", q8])
+        self.same(q8, ["-p", "The quick brown fox", "-n", "24", "--print-ids", "-t", "1"], (2, 3), "tiny, Q8 trunk")
+        plan = plan_json(q8, 3, extra=["--trunk", "split", "--split-min", "0"])
+        d = json.loads(mpirun(3, ["-m", q8, "-p", "x", "-n", "2", "--json", "-t", "1"], env=SPLIT).stdout)
+        self.assertEqual(d["trunk_resident_bytes"], plan["trunk"]["resident_bytes"])
+
+    def test_kjv_text_speculation_chat(self):
+        base = ["-p", "In the beginning God created", "-n", "40", "-t", "1"]
+        self.same(self.kjv, base, (2, 3, 4), "kjv text")
+        self.same(self.kjv, base + ["--temp", "0.8", "--seed", "11", "--draft", "4"], (3,), "kjv sampled, drafted")
+        self.same(self.kjv, base, (2,), "kjv, the default K3_SPLIT_MIN", env={"K3_TRUNK": "split"})
+        chat = ["chat", "--think", "off", "-n", "30", "-t", "1", "-p", "Quote Genesis 1:1."]
+        self.same(self.kjv, chat, (2,), "kjv chat")
+
+    def test_network_and_memory_as_planned(self):
+        """Bytes sent per decoded token are k3inspect --trunk split's exactly, and bytes received lie
+        within its bounds; each rank keeps only its slices: rank 0's trunk is the plan's, and its
+        peak RSS falls by what its plan drops."""
+        for R, env in ((2, SPLIT), (3, SPLIT), (3, {"K3_TRUNK": "split"})):
+            docs = [json.loads(mpirun(R, ["-m", self.kjv, "-p", "In the beginning", "-n", str(n), "-t", "1",
+                                          "--json"], env=env).stdout) for n in (6, 14)]
+            self.assertEqual(docs[1]["trunk_placement"], "split")
+            sent = (docs[1]["network_bytes_sent"] - docs[0]["network_bytes_sent"]) / 8
+            recv = (docs[1]["network_bytes_received"] - docs[0]["network_bytes_received"]) / 8
+            plan = plan_json(self.kjv, R, extra=["--trunk", "split", "--split-min", env.get("K3_SPLIT_MIN", "1M")])
+            self.assertEqual(plan["trunk_placement"], "split")
+            self.assertEqual(sent, plan["network_sent_bytes_per_token"], "%d ranks, %s" % (R, env))
+            moe = plan_json(self.kjv, R)
+            self.assertGreater(sent, moe["network_sent_bytes_per_token"], "no trunk exchange")
+            split_recv = plan["network_received_bytes_per_token"] - moe["network_received_bytes_per_token"]
+            status = moe["experts"]["moe_layers"] * 260 * (R - 1)
+            self.assertGreater(recv, split_recv + status)
+            self.assertLessEqual(recv, split_recv + status + (moe["network_received_bytes_per_token"] - status)
+                                 * R / (R - 1) + 1e-6)
+            self.assertEqual(docs[1]["trunk_resident_bytes"], plan["trunk"]["resident_bytes"])
+        small = make_pack("small", 7)[1]
+        args = ["-m", small, "-p", "Once upon a time", "-n", "4", "-t", "1", "--json"]
+        whole, split = (json.loads(mpirun(3, args, env=e).stdout) for e in ({}, SPLIT))
+        plan = plan_json(small, 3, extra=["--trunk", "split", "--split-min", "0"])
+        self.assertEqual(split["trunk_resident_bytes"], plan["trunk"]["resident_bytes"])
+        drop = whole["trunk_resident_bytes"] - split["trunk_resident_bytes"]
+        self.assertGreater(drop, whole["trunk_resident_bytes"] * 0.5, "rank 0 keeps more than its third and the rest")
+        self.assertLess(plan["other_ranks"]["trunk"]["resident_bytes"], whole["trunk_resident_bytes"] * 0.4)
+        self.assertLess(split["peak_rss_bytes"], whole["peak_rss_bytes"] - 0.8 * drop,
+                        "rank 0's RSS did not fall with its slices: %d -> %d, its plan drops %d" %
+                        (whole["peak_rss_bytes"], split["peak_rss_bytes"], drop))
+
+    def test_refused_when_a_slice_does_not_fit(self):
+        b = str(minimum_budget(self.tiny))
+        p = mpirun(2, ["-m", self.tiny, "-p", "x", "-n", "2", "--budget", b], env=SPLIT, check=False)
+        err = p.stderr.decode(errors="replace")
+        self.assertEqual(p.returncode, 2, err)
+        self.assertIn("K3_TRUNK=split", err)
+        self.assertIn("does not fit", err)
+        self.assertEqual(p.stdout, b"")
+        p = mpirun(2, ["-m", self.tiny, "-p", "x", "-n", "2"], env={"K3_TRUNK": "sideways"}, check=False)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("K3_TRUNK='sideways'", p.stderr.decode(errors="replace"))
+
+
 if __name__ == "__main__":
     unittest.main()
