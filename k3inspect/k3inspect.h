@@ -97,7 +97,9 @@ k3_err k3i_rank_plans(const k3_config *c, const struct k3_geometry *g, uint64_t 
 void k3i_rank_network(const k3_config *c, const struct k3_geometry *g, int R, int first, int split, uint64_t min,
                       double *sent, double *received);
 int k3i_ranks_all_resident(const k3_config *c, const struct k3_geometry *g, uint64_t budget, uint32_t context,
-                           uint32_t batch, uint32_t verify, int first, int split, uint64_t min);
+                           uint32_t batch, uint32_t verify, int first, int mode, uint64_t min);
+int k3i_split_fits(const k3_config *c, const struct k3_geometry *g, uint64_t budget, uint32_t context,
+                   uint32_t batch, uint32_t verify, int R, int first, uint64_t min);
 
 void k3i_json_head(const k3i_ctx *x, FILE *f, const char *view);
 void k3i_json_warnings(const k3i_ctx *x, FILE *f);

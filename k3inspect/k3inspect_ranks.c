@@ -47,20 +47,42 @@ k3_err k3i_rank_plans(const k3_config *c, const k3_geometry *g, uint64_t budget,
     return K3_OK;
 }
 
-/* The fewest ranks at this budget per rank that hold every expert in memory (split: and their
-   share of the trunk, which is never streamed); 0 if none up to 4096. */
+/* 1 if every rank of R keeps its slices of the split trunk resident at this budget (k3run's
+   K3_TRUNK=auto, when every rank has this budget). */
+int k3i_split_fits(const k3_config *c, const k3_geometry *g, uint64_t budget, uint32_t context, uint32_t batch,
+                   uint32_t verify, int R, int first, uint64_t min)
+{
+    static k3_geometry gr;
+    static k3_plan p;
+    for (int r = 0; r < R; r++) {
+        k3_diag d;
+        if (k3_geometry_for_rank_split(g, r, R, first, min, &gr, &d) ||
+            k3_plan_with_snapshots(c, &gr, budget, context, batch, 0, 0, verify, &p, &d) || p.n_streamed)
+            return 0;
+    }
+    return 1;
+}
+
+/* The fewest ranks at this budget per rank that hold every expert in memory, with the trunk where
+   `mode` (K3_TRUNK_*) puts it (split: their share of the trunk too, never streamed; auto: split
+   where ranks 0 and 1 keep their slices resident, the others differing by a block of rows); 0 if
+   none up to 4096. */
 int k3i_ranks_all_resident(const k3_config *c, const k3_geometry *g, uint64_t budget, uint32_t context,
-                           uint32_t batch, uint32_t verify, int first, int split, uint64_t min)
+                           uint32_t batch, uint32_t verify, int first, int mode, uint64_t min)
 {
     static k3_geometry gr[2];
     static k3_plan p[2];
     for (int R = 1; R <= 4096; R = R < 64 ? R + 1 : R + R / 16) {
         k3_diag d;
-        if (R <= first || k3i_rank_plans(c, g, budget, context, batch, verify, R, first, split, min, gr, p, &d))
-            continue;
-        int ok = p[0].experts_all_resident && (R == 1 || p[1].experts_all_resident);
-        if (split && R > 1) ok = ok && !p[0].n_streamed && !p[1].n_streamed;
-        if (ok) return R;
+        if (R <= first) continue;
+        int split = 0;
+        if (R > 1 && mode != K3_TRUNK_RANK0) {
+            split = !k3i_rank_plans(c, g, budget, context, batch, verify, R, first, 1, min, gr, p, &d) &&
+                    !p[0].n_streamed && !p[1].n_streamed;
+            if (!split && mode == K3_TRUNK_SPLIT) continue;           /* k3run would refuse */
+        }
+        if (!split && k3i_rank_plans(c, g, budget, context, batch, verify, R, first, 0, min, gr, p, &d)) continue;
+        if (p[0].experts_all_resident && (R == 1 || p[1].experts_all_resident)) return R;
     }
     return 0;
 }

@@ -48,9 +48,9 @@ static const k3_opt opts[] = {
      "and of the others, the network bytes per token"},
     {OPT_RANK0_EXPERTS, 0, "rank0-experts", "yes|no", "yes", "K3_RANK0_EXPERTS",
      "--plan --ranks: no: rank 0 holds no experts, only the trunk (k3run: K3_RANK0_EXPERTS=0)"},
-    {OPT_TRUNK, 0, "trunk", "rank0|split", "rank0", "K3_TRUNK",
+    {OPT_TRUNK, 0, "trunk", "auto|split|rank0", "auto", "K3_TRUNK",
      "--plan --ranks: split: the trunk's large matrices split by rows across the ranks, each keeping its "
-     "slice in memory (k3run: K3_TRUNK=split)"},
+     "slice in memory; rank0: the trunk on rank 0; auto: split where every rank's slices fit (as k3run)"},
     {OPT_SPLIT_MIN, 0, "split-min", "SIZE", "1M", "K3_SPLIT_MIN",
      "--trunk split: smaller matrices stay whole on rank 0 (k3run: K3_SPLIT_MIN)"},
     K3_OPTS_COMMON,
@@ -128,12 +128,10 @@ static int plan_cmd(const k3_args *a, const char *src)
     else if (r0 && strcmp(r0, "yes") && strcmp(r0, "1")) return k3_usage_error("--rank0-experts takes yes or no");
     if (ranks < 2) first = 0;
     const char *ts = k3_opt_str(a, OPT_TRUNK), *ms = k3_opt_str(a, OPT_SPLIT_MIN);
-    int split = 0;
+    int mode = k3_trunk_mode(ts), split = 0;
     uint64_t split_min = K3_SPLIT_MIN_DEFAULT;
-    if (ts && !strcmp(ts, "split")) split = 1;
-    else if (ts && strcmp(ts, "rank0")) return k3_usage_error("--trunk takes rank0 or split");
+    if (mode < 0) return k3_usage_error("--trunk takes auto, split or rank0");
     if (ms && k3_parse_size(ms, 1, &split_min)) return k3_usage_error("--split-min: '%s' is not a size (0, 64K, 1M)", ms);
-    if (ranks < 2) split = 0;
 
     static k3_geometry geo;                          /* ~8 KiB: not on the stack */
     k3_config cfg;
@@ -165,6 +163,10 @@ static int plan_cmd(const k3_args *a, const char *src)
     const uint32_t verify = draft ? (uint32_t)draft + 1 : 0;
     /* as k3run plans: with the verify buffers where the budget has room for them; with --ranks,
        each rank's share (rank 0: the trunk and its experts; the others: their experts only) */
+    if (ranks > 1 && mode == K3_TRUNK_SPLIT) split = 1;
+    if (ranks > 1 && mode == K3_TRUNK_AUTO)         /* as k3run decides: every rank's slices resident */
+        split = k3i_split_fits(&cfg, &geo, budget, (uint32_t)context, (uint32_t)batch, verify, (int)ranks, first,
+                               split_min);
     e = k3i_rank_plans(&cfg, &geo, budget, (uint32_t)context, (uint32_t)batch, verify, (int)ranks, first, split,
                        split_min, rgeo, rplan, &d);
     if (e) return e == K3_ERR_USAGE ? k3_usage_error("%s", d.msg) : fail(e, &d);
@@ -172,7 +174,7 @@ static int plan_cmd(const k3_args *a, const char *src)
     const k3_geometry *pg = &rgeo[0];
     double sent = 0, recv = 0;
     int all_at = ranks > 1 ? k3i_ranks_all_resident(&cfg, &geo, budget, (uint32_t)context, (uint32_t)batch, verify,
-                                                    first, split, split_min) : 0;
+                                                    first, mode, split_min) : 0;
     if (ranks > 1) k3i_rank_network(&cfg, &geo, (int)ranks, first, split, split_min, &sent, &recv);
     uint32_t trips = geo.n_moe_layers;               /* exchanges per decoded token */
     for (uint32_t i = 0; split && i < geo.n_mats; i++)

@@ -93,8 +93,13 @@ int k3_split_on(uint64_t rows, uint64_t size, int ranks, uint64_t min);
 /* Rank `rank`'s slice [*lo, *hi) of `rows` rows: blocks b with b * ranks / nblocks == rank,
    contiguous (it may be empty). */
 void k3_split_rows(uint32_t rows, int rank, int ranks, uint32_t *lo, uint32_t *hi);
-/* K3_TRUNK from the environment: 0 unset, empty or "rank0"; 1 "split"; -1 anything else. */
-int k3_trunk_split_env(void);
+/* Where the trunk runs across ranks (K3_TRUNK): on rank 0; split by rows; or split where every
+   rank's slices fit its budget whole, else on rank 0 (auto, the default). */
+enum { K3_TRUNK_RANK0 = 0, K3_TRUNK_SPLIT = 1, K3_TRUNK_AUTO = 2 };
+/* K3_TRUNK from the environment: "rank0", "split", or "auto" (also unset or empty); -1 anything else. */
+int k3_trunk_env(void);
+/* The same for a value given (NULL: auto). */
+int k3_trunk_mode(const char *v);
 /* K3_SPLIT_MIN=SIZE from the environment (bytes, K/M/G suffixes), else K3_SPLIT_MIN_DEFAULT;
    UINT64_MAX when it is not a size. */
 uint64_t k3_split_min_env(void);

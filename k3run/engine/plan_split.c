@@ -27,12 +27,14 @@ void k3_split_rows(uint32_t rows, int rank, int ranks, uint32_t *lo, uint32_t *h
     *hi = (uint32_t)(h < rows ? h : rows);
 }
 
-int k3_trunk_split_env(void)
+int k3_trunk_mode(const char *v)
 {
-    const char *v = getenv("K3_TRUNK");
-    if (!v || !*v || !strcasecmp(v, "rank0")) return 0;
-    return !strcasecmp(v, "split") ? 1 : -1;
+    if (!v || !*v || !strcasecmp(v, "auto")) return K3_TRUNK_AUTO;
+    if (!strcasecmp(v, "rank0")) return K3_TRUNK_RANK0;
+    return !strcasecmp(v, "split") ? K3_TRUNK_SPLIT : -1;
 }
+
+int k3_trunk_env(void) { return k3_trunk_mode(getenv("K3_TRUNK")); }
 
 uint64_t k3_split_min_env(void)
 {

@@ -102,24 +102,42 @@ static k3_err same_pack(const char *pack, k3_diag *d)
 }
 
 /* Where the trunk runs (K3_TRUNK, K3_SPLIT_MIN; plan.h): rank 0's environment decides for all. */
-static k3_err trunk_mode(k3_loaded *l, k3_diag *d)
+static k3_err trunk_mode(k3_loaded *l, int *mode, k3_diag *d)
 {
-    struct { int32_t split, pad; uint64_t min; } m = {0, 0, 0};
+    struct { int32_t mode, pad; uint64_t min; } m = {0, 0, 0};
     k3_err e = K3_OK;
     if (k3_dist_rank() == 0) {
-        m.split = k3_trunk_split_env();
+        m.mode = k3_trunk_env();
         m.min = k3_split_min_env();
-        if (m.split < 0)
-            e = k3_fail(d, K3_ERR_USAGE, "K3_TRUNK='%s': expected rank0 (the trunk on rank 0, the default) or split "
-                        "(its matrices split by rows across the ranks)", getenv("K3_TRUNK"));
+        if (m.mode < 0)
+            e = k3_fail(d, K3_ERR_USAGE, "K3_TRUNK='%s': expected auto (the default: split where every rank's "
+                        "slices fit its budget, else on rank 0), split (its matrices split by rows across the "
+                        "ranks) or rank0", getenv("K3_TRUNK"));
         else if (m.min == UINT64_MAX)
             e = k3_fail(d, K3_ERR_USAGE, "K3_SPLIT_MIN='%s' is not a size (0, 64K, 1M)", getenv("K3_SPLIT_MIN"));
     }
     if ((e = agree(e, d))) return e;
     if ((e = k3_dist_bcast(&m, sizeof m, d))) return e;
-    l->trunk_split = m.split == 1 && k3_dist_size() > 1;
+    *mode = m.mode;
     l->split_min = m.min;
     return K3_OK;
+}
+
+/* The plan of this rank with the trunk split (geo: its geometry): K3_OK when its slices are
+   resident; a refusal that says why when they are not. Every rank calls it with the same mode. */
+static k3_err plan_split(const k3_load_opts *o, k3_loaded *l, const k3_geometry *whole, k3_geometry *geo,
+                         uint64_t budget, k3_diag *d)
+{
+    k3_err e = k3_geometry_for_rank_split(whole, k3_dist_rank(), k3_dist_size(), k3_dist_first(), l->split_min,
+                                          geo, d);
+    if (!e) e = k3_plan_with_snapshots(k3w_config(l->w), geo, budget, o->context, o->batch, o->all_logits,
+                                       o->snapshots, o->spec_tokens, &l->plan, d);
+    if (!e && l->plan.n_streamed)      /* each rank's slices must stay in memory */
+        e = k3_fail(d, K3_ERR_USAGE, "K3_TRUNK=split: this rank's share of the trunk (%.2f GiB) does not fit its "
+                    "budget (%.2f GiB) with its buffers and the smallest expert cache, and a split trunk is never "
+                    "streamed: give each rank more --budget, use more ranks, or K3_TRUNK=rank0 (the trunk on "
+                    "rank 0, streamed within its budget)", geo->trunk_bytes / 1073741824.0, budget / 1073741824.0);
+    return e;
 }
 
 k3_err k3_load_plan(const k3_load_opts *o, k3_loaded *l, int *usage, k3_diag *d)
@@ -142,23 +160,36 @@ k3_err k3_load_plan(const k3_load_opts *o, k3_loaded *l, int *usage, k3_diag *d)
             fprintf(stderr, "%s: no --budget: using %.2f GiB (%s, less a margin)\n", k3_log_prog(),
                     budget / 1073741824.0, src);
     }
-    static k3_geometry geo, whole;                   /* ~8 KiB each: not on the stack */
-    if (k3_dist_size() > 1 && ((e = same_pack(o->pack, d)) || (e = trunk_mode(l, d)))) {   /* before any read */
+    static k3_geometry geo, whole;                   /* ~90 KiB each: not on the stack */
+    int mode = K3_TRUNK_RANK0;
+    if (k3_dist_size() > 1 && ((e = same_pack(o->pack, d)) || (e = trunk_mode(l, &mode, d)))) {   /* before any read */
         if (k3_dist_rank() > 0) worker_exit(l, e);
         return e;
     }
     const int me = k3_dist_rank(), R = k3_dist_size();
     e = k3_weights_open(o->pack, &l->w, d);         /* the manifest and config only */
     if (!e) e = k3_geometry_from_manifest(k3w_manifest(l->w), k3w_config(l->w), &whole, d);
-    if (!e && l->trunk_split) e = k3_geometry_for_rank_split(&whole, me, R, k3_dist_first(), l->split_min, &geo, d);
-    else if (!e) k3_geometry_for_rank(&whole, me, R, k3_dist_first(), &geo);   /* its share */
-    if (!e) e = k3_plan_with_snapshots(k3w_config(l->w), &geo, budget, o->context, o->batch, o->all_logits,
-                                       o->snapshots, o->spec_tokens, &l->plan, d);
-    if (!e && l->trunk_split && l->plan.n_streamed)  /* each rank's slices must stay in memory */
-        e = k3_fail(d, K3_ERR_USAGE, "K3_TRUNK=split: this rank's share of the trunk (%.2f GiB) does not fit its "
-                    "budget (%.2f GiB) with its buffers and the smallest expert cache, and a split trunk is never "
-                    "streamed: give each rank more --budget, use more ranks, or leave K3_TRUNK unset (the trunk "
-                    "on rank 0, streamed within its budget)", geo.trunk_bytes / 1073741824.0, budget / 1073741824.0);
+    if (mode == K3_TRUNK_SPLIT) {
+        if (!e) e = plan_split(o, l, &whole, &geo, budget, d);
+        l->trunk_split = 1;
+    } else if (mode == K3_TRUNK_AUTO) {              /* split if every rank's slices fit its own budget */
+        k3_diag sd;
+        int fits = !e && !plan_split(o, l, &whole, &geo, budget, &sd);
+        uint64_t all[256];
+        k3_err ge = k3_dist_allgather64((uint64_t)fits, all, d);   /* every rank calls it, even after e */
+        if (!e) e = ge;
+        l->trunk_split = !e;
+        for (int r = 0; r < R && !e; r++) l->trunk_split &= all[r] == 1;
+        if (!e && !l->trunk_split && (o->report || k3_log_level() >= 2) && me == 0)
+            fprintf(stderr, "%s: the trunk on rank 0: %s\n", k3_log_prog(),
+                    fits ? "another rank's slices of it do not fit that rank's budget whole"
+                         : "rank 0's slices of it and its buffers do not fit its budget whole");
+    }
+    if (!e && !l->trunk_split) {
+        k3_geometry_for_rank(&whole, me, R, k3_dist_first(), &geo);   /* its share of the experts */
+        e = k3_plan_with_snapshots(k3w_config(l->w), &geo, budget, o->context, o->batch, o->all_logits,
+                                   o->snapshots, o->spec_tokens, &l->plan, d);
+    }
     if (!e && o->spec_tokens && !l->plan.verify_tokens && k3_log_level() >= 1 && k3_dist_rank() == 0)
         fprintf(stderr, "%s: no speculative decoding: the budget has no room for its buffers\n", k3_log_prog());
     if (k3_dist_size() > 1 && (e = agree(e, d)) && k3_dist_rank() > 0) worker_exit(l, e);
@@ -169,10 +200,10 @@ k3_err k3_load_plan(const k3_load_opts *o, k3_loaded *l, int *usage, k3_diag *d)
     l->geo = &geo;
     const k3_plan *p = &l->plan;
     if ((o->report || k3_log_level() >= 2) && k3_dist_rank() == 0)
-        fprintf(stderr, "%s: plan for %.2f GiB: %.2f GiB resident (trunk %.2f, %u units streamed through "
+        fprintf(stderr, "%s: plan for %.2f GiB: %.2f GiB resident (trunk %.2f%s, %u units streamed through "
                 "%.2f GiB of buffers, model buffers %.2f, experts %s%.2f in %llu slots); expected %.1f MiB read "
                 "per token\n", k3_log_prog(), p->budget / 1073741824.0, p->resident / 1073741824.0,
-                p->trunk_resident / 1073741824.0, p->n_streamed, p->stream_buffers / 1073741824.0,
+                p->trunk_resident / 1073741824.0, l->trunk_split ? " of its split rows" : "", p->n_streamed, p->stream_buffers / 1073741824.0,
                 p->buffers / 1073741824.0, p->experts_all_resident ? "all resident, " : "cache ",
                 p->expert_cache / 1073741824.0, (unsigned long long)p->expert_slots, p->disk_per_token / 1048576.0);
     return K3_OK;

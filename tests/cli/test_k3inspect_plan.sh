@@ -294,7 +294,7 @@ sys.exit(a != b)' "$T/out" "$T/cfg-tiny-1G.json" || fail "the checkpoint directo
     # --ranks R (experts across MPI ranks): each rank's share (expert e on rank e % R), no trunk but on
     # rank 0, and the network bytes of model_dist.c's messages, recomputed here from the config
     for R in 2 3; do
-        "$K3INSPECT" --plan --budget 1G --ranks $R --json "$T/tiny" >"$T/ranks.json" || fail "--ranks $R"
+        "$K3INSPECT" --plan --budget 1G --ranks $R --trunk rank0 --json "$T/tiny" >"$T/ranks.json" || fail "--ranks $R"
         "$PYTHON" - "$T/ranks.json" "$T/ck/config.json" $R <<'EOF' || fail "--ranks $R: the per-rank plans"
 import json, sys
 d, c, R = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), int(sys.argv[3])
@@ -313,14 +313,42 @@ need(d["network_sent_bytes_per_token"] == L * (12 + 4 * k + 4 * Dl) * (R - 1), "
 need(abs(d["network_received_bytes_per_token"] - L * (4 * Dl * k * (R - 1) / R + 260 * (R - 1))) < 1e-6, "bytes received")
 need(d["ranks_holding_every_expert"] == 1, "one rank holds all at 1G")
 EOF
+        # --trunk split: the network bytes recomputed here from the manifest (every 2-D trunk matrix
+        # the model multiplies once per pass, of two 32-row blocks or more, but the MoE routers:
+        # 12 + 4 cols to each other rank, back 260 + 4 x the rows of the others' slices)
+        "$K3INSPECT" --plan --budget 1G --ranks $R --trunk split --split-min 0 --json "$T/tiny" >"$T/split.json" ||
+            fail "--ranks $R --trunk split"
+        "$PYTHON" - "$T/split.json" "$T/ranks.json" "$T/tiny/manifest.json" $R <<'EOF' || fail "--ranks $R --trunk split"
+import json, sys
+d, w, m = (json.load(open(a)) for a in sys.argv[1:4])
+R = int(sys.argv[4])
+def need(ok, msg):
+    if not ok: sys.exit("check: " + msg)
+sent = recv = 0
+for t in m["tensors"]:
+    n, s = t["name"], t["shape"]
+    if len(s) != 2 or s[0] < 64 or n == "model.embed_tokens.weight" or n.endswith(("kv_b_proj.weight", "_scale",
+                                                                                      "block_sparse_moe.gate.weight")):
+        continue
+    mine = min(((s[0] + 31) // 32 // R) * 32, s[0])            # rank 0's rows: [0, mine)
+    sent += (12 + 4 * s[1]) * (R - 1)
+    recv += 260 * (R - 1) + 4 * (s[0] - mine)
+need(d["trunk_placement"] == "split" and d["trunk"]["split"], "placement")
+need(d["network_sent_bytes_per_token"] == w["network_sent_bytes_per_token"] + sent, "bytes sent, split")
+need(abs(d["network_received_bytes_per_token"] - w["network_received_bytes_per_token"] - recv) < 1e-6,
+     "bytes received, split")
+need(0 < d["other_ranks"]["trunk"]["resident_bytes"] < d["trunk"]["resident_bytes"] < w["trunk"]["resident_bytes"],
+     "each rank its slices, rank 0 also the rest")
+need(d["network_round_trips_per_token"] > w["network_round_trips_per_token"], "round trips")
+EOF
     done
     # the fewest ranks that hold every expert: at that count every share is resident, one fewer not
     b=$((tmin + 2000000))
-    n=$("$K3INSPECT" --plan --budget $b --ranks 2 --json "$T/tiny" | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["ranks_holding_every_expert"])')
+    n=$("$K3INSPECT" --plan --budget $b --ranks 2 --trunk rank0 --json "$T/tiny" | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["ranks_holding_every_expert"])')
     [ "$n" != None ] && [ "$n" -gt 1 ] || fail "--ranks: the fewest ranks at $b: $n"
     for R in "$n" $((n - 1)); do
         [ "$R" -ge 2 ] || continue
-        "$K3INSPECT" --plan --budget $b --ranks $R --json "$T/tiny" | "$PYTHON" -c '
+        "$K3INSPECT" --plan --budget $b --ranks $R --trunk rank0 --json "$T/tiny" | "$PYTHON" -c '
 import json, sys
 d = json.load(sys.stdin)
 all_in = d["experts"]["all_resident"] and d["other_ranks"]["experts"]["all_resident"]

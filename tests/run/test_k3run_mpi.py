@@ -12,6 +12,11 @@ multiplying only its own within its own --budget, and rank 0 combines their outp
     and the shard;
   - a rank killed mid-generation: every process is gone within seconds, the job exits non-zero
     and says which rank died.
+TestTrunkSplit: the trunk's large matrices split by rows among the ranks too (K3_TRUNK=split; the
+default, auto, splits it wherever every rank's slices fit, so most of TestMpi runs that way and its
+minimum-budget cases on rank 0): the same text on tiny, small, kjv and a Q8 trunk, sampled, drafted
+and in chat; bytes sent exactly k3inspect's; rank 0 keeps only its slices (its RSS falls); a budget
+that cannot hold a rank's slices is refused under split and puts the trunk on rank 0 under auto.
 One process per rank, on this machine (--oversubscribe). Where k3run is built without MPI
 (K3_MPI_BUILT=0: K3_MPI=OFF or no Open MPI), only TestWithoutMpi runs: under mpirun such a k3run
 refuses to start (each rank would otherwise run the whole model alone) and says how to get MPI."""
@@ -327,7 +332,7 @@ class TestTrunkSplit(unittest.TestCase):
             plan = plan_json(self.kjv, R, extra=["--trunk", "split", "--split-min", env.get("K3_SPLIT_MIN", "1M")])
             self.assertEqual(plan["trunk_placement"], "split")
             self.assertEqual(sent, plan["network_sent_bytes_per_token"], "%d ranks, %s" % (R, env))
-            moe = plan_json(self.kjv, R)
+            moe = plan_json(self.kjv, R, extra=["--trunk", "rank0"])
             self.assertGreater(sent, moe["network_sent_bytes_per_token"], "no trunk exchange")
             split_recv = plan["network_received_bytes_per_token"] - moe["network_received_bytes_per_token"]
             status = moe["experts"]["moe_layers"] * 260 * (R - 1)
@@ -337,7 +342,7 @@ class TestTrunkSplit(unittest.TestCase):
             self.assertEqual(docs[1]["trunk_resident_bytes"], plan["trunk"]["resident_bytes"])
         small = make_pack("small", 7)[1]
         args = ["-m", small, "-p", "Once upon a time", "-n", "4", "-t", "1", "--json"]
-        whole, split = (json.loads(mpirun(3, args, env=e).stdout) for e in ({}, SPLIT))
+        whole, split = (json.loads(mpirun(3, args, env=e).stdout) for e in ({"K3_TRUNK": "rank0"}, SPLIT))
         plan = plan_json(small, 3, extra=["--trunk", "split", "--split-min", "0"])
         self.assertEqual(split["trunk_resident_bytes"], plan["trunk"]["resident_bytes"])
         drop = whole["trunk_resident_bytes"] - split["trunk_resident_bytes"]
@@ -347,7 +352,7 @@ class TestTrunkSplit(unittest.TestCase):
                         "rank 0's RSS did not fall with its slices: %d -> %d, its plan drops %d" %
                         (whole["peak_rss_bytes"], split["peak_rss_bytes"], drop))
 
-    def test_refused_when_a_slice_does_not_fit(self):
+    def test_refused_when_a_slice_does_not_fit_and_auto(self):
         b = str(minimum_budget(self.tiny))
         p = mpirun(2, ["-m", self.tiny, "-p", "x", "-n", "2", "--budget", b], env=SPLIT, check=False)
         err = p.stderr.decode(errors="replace")
@@ -355,6 +360,16 @@ class TestTrunkSplit(unittest.TestCase):
         self.assertIn("K3_TRUNK=split", err)
         self.assertIn("does not fit", err)
         self.assertEqual(p.stdout, b"")
+        # the default (auto) puts the trunk on rank 0 there, and splits it where the slices fit
+        args = ["-m", self.tiny, "-p", "The quick brown fox", "-n", "12", "-t", "1", "--json"]
+        d = json.loads(mpirun(2, args + ["--budget", b]).stdout)
+        self.assertEqual(d["trunk_placement"], "rank0")
+        self.assertEqual(plan_json(self.tiny, 2, b)["trunk_placement"], "rank0", "k3inspect decides otherwise")
+        d2 = json.loads(mpirun(2, args).stdout)
+        self.assertEqual(d2["trunk_placement"], "split")
+        self.assertEqual(plan_json(self.tiny, 2)["trunk_placement"], "split")
+        self.assertEqual(d["generated_ids"], d2["generated_ids"])
+        self.assertEqual(json.loads(mpirun(2, args, env={"K3_TRUNK": "rank0"}).stdout)["trunk_placement"], "rank0")
         p = mpirun(2, ["-m", self.tiny, "-p", "x", "-n", "2"], env={"K3_TRUNK": "sideways"}, check=False)
         self.assertEqual(p.returncode, 2)
         self.assertIn("K3_TRUNK='sideways'", p.stderr.decode(errors="replace"))
