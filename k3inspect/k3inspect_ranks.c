@@ -16,19 +16,22 @@
 /* Network bytes per decoded token between rank 0 and the others (model_dist.c): per MoE layer a
    broadcast of 12 + 4 k + 4 Dl to each other rank, and back 260 of status per rank plus 4 Dl for
    each of the k slots another rank owns (uniform routing: (R-1)/R of them); with the trunk split
-   (split), each split matrix's exchange too (k3_split_traffic). */
+   (split), each exchange of split matrices too (k3_split_traffic); *trips: the exchanges. */
 void k3i_rank_network(const k3_config *c, const k3_geometry *g, int R, int first, int split, uint64_t min,
-                      double *sent, double *received)
+                      double *sent, double *received, uint32_t *trips)
 {
     double Dl = c->routed_expert_hidden_size ? (double)c->routed_expert_hidden_size : (double)c->hidden_size;
     double k = g->top_k, L = g->n_moe_layers;
     double remote = first ? 1.0 : (double)(R - 1) / R;       /* slots another rank owns */
     *sent = L * (12 + 4 * k + 4 * Dl) * (R - 1);
     *received = L * (4 * Dl * k * remote + 260.0 * (R - 1));
+    *trips = g->n_moe_layers;
     double ts = 0, tr = 0;
-    if (split) k3_split_traffic(g, R, min, &ts, &tr);
+    uint32_t tn = 0;
+    if (split) k3_split_traffic(g, R, min, &ts, &tr, &tn);
     *sent += ts;
     *received += tr;
+    *trips += tn;
 }
 
 /* Plans of rank 0 and of rank 1 (the others differ from rank 1 by at most one expert per layer

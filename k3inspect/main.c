@@ -175,11 +175,8 @@ static int plan_cmd(const k3_args *a, const char *src)
     double sent = 0, recv = 0;
     int all_at = ranks > 1 ? k3i_ranks_all_resident(&cfg, &geo, budget, (uint32_t)context, (uint32_t)batch, verify,
                                                     first, mode, split_min) : 0;
-    if (ranks > 1) k3i_rank_network(&cfg, &geo, (int)ranks, first, split, split_min, &sent, &recv);
-    uint32_t trips = geo.n_moe_layers;               /* exchanges per decoded token */
-    for (uint32_t i = 0; split && i < geo.n_mats; i++)
-        trips += k3_split_on(geo.mats[i].rows, (uint64_t)geo.mats[i].rows * geo.mats[i].row_bytes, (int)ranks,
-                             split_min);
+    uint32_t trips = 0;                              /* exchanges per decoded token */
+    if (ranks > 1) k3i_rank_network(&cfg, &geo, (int)ranks, first, split, split_min, &sent, &recv, &trips);
 
     if (k3_opt_count(a, OPT_JSON)) {
         json_t *o = json_object(), *p = k3_plan_json(pl, pg);
@@ -228,7 +225,7 @@ static int plan_cmd(const k3_args *a, const char *src)
             k3_plan_print(stdout, &rplan[1], &rgeo[1]);
             printf("\nNetwork per decoded token: rank 0 sends %.2f MB (%.2f MB to each other rank) and receives "
                    "%.2f MB, in %u round trips (%s)\n", sent / 1e6, sent / 1e6 / (double)(ranks - 1),
-                   recv / 1e6, trips, split ? "one per MoE layer and per split matrix" : "one per MoE layer");
+                   recv / 1e6, trips, split ? "one per MoE layer and per exchange of split matrices" : "one per MoE layer");
             if (all_at)
                 printf("Every expert in memory at this budget per rank: %s; the fewest ranks that hold them all: %d\n",
                        rplan[0].experts_all_resident && rplan[1].experts_all_resident ? "yes" : "no", all_at);

@@ -89,7 +89,7 @@ k3_err k3_model_serve_experts(k3_model *m, k3_diag *d)
         uint32_t hdr[3];
         if ((e = k3_dist_bcast(hdr, sizeof hdr, d))) return e;
         if (hdr[0] == OP_STOP) return K3_OK;
-        if ((hdr[0] & 0xff) == OP_LIN) {                /* model_split.c */
+        if ((hdr[0] & 0xf) == OP_LIN) {                /* model_split.c */
             if ((e = k3_dist_serve_lin(m, hdr, d))) return e;
             continue;
         }

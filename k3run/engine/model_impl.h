@@ -113,7 +113,7 @@ k3_err k3_dist_moe_send(k3_model *m, int layer, uint32_t T, const float *xl, k3_
 k3_err k3_dist_moe_collect(k3_model *m, uint32_t T, k3_diag *d);
 /* The messages between ranks (model_dist.c, model_split.c): a header of three words from rank 0,
    whose first word's low byte is the op; answers tagged with their kind. */
-enum { OP_STOP = 0, OP_MOE = 1, OP_LIN = 2 };   /* OP_LIN: the wid in the bits above the op */
+enum { OP_STOP = 0, OP_MOE = 1, OP_LIN = 2 };   /* the low 4 bits; OP_LIN: its group above (model_split.c) */
 enum { TAG_STATUS = 1, TAG_ROWS = 2 };
 typedef struct dist_status {
     int32_t code;                 /* k3_err of the rank's part, K3_OK when rows follow */
@@ -124,6 +124,10 @@ k3_err k3_dist_serve_lin(k3_model *m, const uint32_t *hdr, k3_diag *d);
 /* the trunk split by rows (model_split.c, rank 0's side): y [T][rows] = t x for a split tensor
    (k3_tensor.split), each rank computing its own rows; a failure is kept for k3_dist_lin_check */
 void k3_dist_lin(const k3_model *m, const k3_tensor *t, const float *x, uint32_t T, float *y);
+/* the same for n tensors that multiply one x (k3_lin_fused's): the split ones in one exchange, the
+   others whole on rank 0 meanwhile */
+void k3_dist_lin_n(const k3_model *m, int n, const k3_tensor *const *t, const float *x, uint32_t T,
+                   float *const *y);
 /* the first failure of k3_dist_lin in this model (the pass that met it fails), K3_OK if none */
 k3_err k3_dist_lin_check(const k3_model *m, k3_diag *d);
 

@@ -76,9 +76,10 @@ void k3_lin(const k3_model *m, const k3_tensor *t, const float *x, uint32_t T, f
  * y[j] [T][rows_j] = t[j] x [T][cols] for j < n, the same x, in one parallel region: the rows
  * of all n matrices as one list of 32-row blocks (the blocks k3_matmul cuts, so the same calls
  * of the kernel and the same bits). k3_lin_fused does it only when every tensor is whole in
- * memory and none is split across ranks (returns 0, computing nothing, when one is streamed in row pieces: their pieces are
+ * memory (returns 0, computing nothing, when one is streamed in row pieces: their pieces are
  * read in the unit's order of use, so a caller that fused products out of that order keeps
- * its plain order then); k3_lin_n falls back to k3_lin one after the other.
+ * its plain order then); k3_lin_n falls back to k3_lin one after the other. With the trunk
+ * split across ranks, the split ones among them go through one exchange (model_split.c).
  */
 void k3_lin_n(const k3_model *m, int n, const k3_tensor *const *t, const float *x, uint32_t T, float *const *y)
 {
@@ -91,14 +92,16 @@ int k3_lin_fused(const k3_model *m, int n, const k3_tensor *const *t, const floa
     const uint32_t BR = K3_KERN_BLOCK;
     long start[K3_LIN_MAX + 1];                                   /* first block of each matrix */
     double work = 0;
-    int piecewise = 0;
+    int piecewise = 0, split = 0;
     start[0] = 0;
     for (int j = 0; j < n; j++) {
-        piecewise |= !t[j]->mat.data || t[j]->split;               /* split: k3_lin's exchange */
+        piecewise |= !t[j]->mat.data;
+        split |= t[j]->split;
         start[j + 1] = start[j] + (long)((t[j]->mat.rows + BR - 1) / BR);
         work += (double)t[j]->mat.rows * t[j]->mat.cols * T;
     }
     if (piecewise || n > K3_LIN_MAX) return 0;
+    if (split) { k3_dist_lin_n(m, n, t, x, T, y); return 1; }   /* across the ranks, one exchange */
     const long nb = start[n];
     K3_PFOR(work >= 65536, for (long b = 0; b < nb; b++) {
         int j = 0;

@@ -16,12 +16,16 @@
 _Static_assert(K3_SPLIT_BLOCK == K3_KERN_BLOCK, "a rank's slice starts where a kernel block does");
 
 /*
- * Per split matrix t [rows][cols] and product of T tokens (k3_lin of a tensor with t->split):
- *   1. broadcast from rank 0: a header {OP_LIN | wid << 8, layer (UINT32_MAX: model level), T},
- *      then x [T][cols] fp32;
- *   2. every rank computes its rows [lo, hi) (k3_split_rows), rank 0 into y directly;
- *   3. each other rank sends rank 0 a status and then its rows [T][hi - lo]; rank 0 puts them in y.
- * Bytes: 12 + 4 T cols to each rank, 260 + 4 T (hi - lo) back from each (k3_split_traffic).
+ * Per group of split matrices t[j] [rows_j][cols] that multiply one x (a k3_lin of a split
+ * tensor, or the split members of a k3_lin_fused; at most K3_SPLIT_GROUP_MAX) and T tokens:
+ *   1. broadcast from rank 0: a header {OP_LIN | n << 4 | wid_j << (7 + 6 j), layer (UINT32_MAX:
+ *      model level), T}, then x [T][cols] fp32;
+ *   2. every rank computes its rows [lo_j, hi_j) of each (k3_split_rows), rank 0 into y directly
+ *      (and the group's matrices that are not split, whole);
+ *   3. each other rank sends rank 0 a status and then its rows [j][T][hi_j - lo_j]; rank 0 puts
+ *      them in y.
+ * Bytes: 12 + 4 T cols to each rank, 260 + 4 T sum_j (hi_j - lo_j) back from each
+ * (k3_split_traffic).
  */
 
 /* Grow *p to at least n floats. 0 on success. */
@@ -53,21 +57,49 @@ static void lin_slice(const k3_model *m, const k3_tensor *t, const float *x, uin
     });
 }
 
-void k3_dist_lin(const k3_model *m, const k3_tensor *t, const float *x, uint32_t T, float *y)
+/* The header word of a group: op, member count, the members' wids (K3_SPLIT_GROUP_MAX of 6 bits). */
+_Static_assert(K3W__COUNT <= 64 && K3_SPLIT_GROUP_MAX <= 4, "a group's wids fit the header's first word");
+static uint32_t group_word(int n, const k3_tensor *const *t)
+{
+    uint32_t w = OP_LIN | (uint32_t)n << 4;
+    for (int j = 0; j < n; j++) w |= (uint32_t)t[j]->wid << (7 + 6 * j);
+    return w;
+}
+
+void k3_dist_lin_n(const k3_model *m, int n, const k3_tensor *const *t, const float *x, uint32_t T, float *const *y)
 {
     dist_lin *b = m->lin;
     if (!b || b->err) return;                           /* a failure is already waiting to be reported */
     const int R = k3_dist_size();
-    const uint32_t rows = t->mat.rows, cols = t->mat.cols;
-    uint32_t hdr[3] = {OP_LIN | (uint32_t)t->wid << 8, t->layer < 0 ? UINT32_MAX : (uint32_t)t->layer, T};
+    const k3_tensor *g[K3_SPLIT_GROUP_MAX];             /* the split members, in call order */
+    float *gy[K3_SPLIT_GROUP_MAX];
+    int ns = 0;
     k3_diag *d = &b->d;
+    for (int j = 0; j < n; j++)
+        if (t[j]->split) {
+            if (ns == K3_SPLIT_GROUP_MAX || t[j]->layer != t[0]->layer || t[j]->mat.cols != t[0]->mat.cols) {
+                b->err = k3_fail(d, K3_ERR_INTERNAL, "a group of split matrices that is not one (%s)", t[j]->name);
+                return;
+            }
+            g[ns] = t[j];
+            gy[ns++] = y[j];
+        }
+    const uint32_t cols = t[0]->mat.cols;
+    uint32_t hdr[3] = {group_word(ns, g), g[0]->layer < 0 ? UINT32_MAX : (uint32_t)g[0]->layer, T};
     k3_err e = k3_dist_bcast(hdr, sizeof hdr, d);
     if (!e) e = k3_dist_bcast((void *)x, (size_t)T * cols * sizeof(float), d);
-    if (!e) lin_slice(m, t, x, T, y + t->lo, rows);     /* rank 0's rows while the others compute theirs */
+    if (e) { b->err = e; return; }
+    for (int j = 0; j < ns; j++) lin_slice(m, g[j], x, T, gy[j] + g[j]->lo, g[j]->mat.rows);   /* rank 0's rows */
+    for (int j = 0; j < n; j++)                         /* the others whole, while the ranks compute */
+        if (!t[j]->split) k3_matmul(m->o.isa, &t[j]->mat, x, cols, T, y[j], t[j]->mat.rows);
     k3_err first = K3_OK;
     for (int r = 1; r < R && !e; r++) {                 /* every rank's answer, even after an error */
-        uint32_t lo, hi;
-        k3_split_rows(rows, r, R, &lo, &hi);
+        uint32_t lo[K3_SPLIT_GROUP_MAX], hi[K3_SPLIT_GROUP_MAX];
+        size_t total = 0;
+        for (int j = 0; j < ns; j++) {
+            k3_split_rows(g[j]->mat.rows, r, R, &lo[j], &hi[j]);
+            total += (size_t)T * (hi[j] - lo[j]);
+        }
         dist_status st;
         if ((e = k3_dist_recv(r, TAG_STATUS, &st, sizeof st, d))) break;
         if (st.code != K3_OK) {
@@ -75,13 +107,23 @@ void k3_dist_lin(const k3_model *m, const k3_tensor *t, const float *x, uint32_t
             if (!first) first = k3_fail(&b->d, (k3_err)st.code, "rank %d of %d: %s", r, R, st.msg);
             continue;
         }
-        const size_t n = hi - lo;
-        if (grow(&b->y, &b->y_cap, (size_t)T * n)) { e = k3_fail(d, K3_ERR_NOMEM, "out of memory for the trunk's "
-                                                                "exchange between ranks"); break; }
-        if ((e = k3_dist_recv(r, TAG_ROWS, b->y, (size_t)T * n * sizeof(float), d))) break;
-        for (uint32_t i = 0; i < T; i++) memcpy(y + (size_t)i * rows + lo, b->y + i * n, n * sizeof(float));
+        if (grow(&b->y, &b->y_cap, total ? total : 1)) {
+            e = k3_fail(d, K3_ERR_NOMEM, "out of memory for the trunk's exchange between ranks");
+            break;
+        }
+        if ((e = k3_dist_recv(r, TAG_ROWS, b->y, total * sizeof(float), d))) break;
+        const float *p = b->y;                          /* [member][T][its rows on rank r] */
+        for (int j = 0; j < ns; j++) {
+            const size_t k = hi[j] - lo[j], rows = g[j]->mat.rows;
+            for (uint32_t i = 0; i < T; i++, p += k) memcpy(gy[j] + i * rows + lo[j], p, k * sizeof(float));
+        }
     }
     b->err = e ? e : first;
+}
+
+void k3_dist_lin(const k3_model *m, const k3_tensor *t, const float *x, uint32_t T, float *y)
+{
+    k3_dist_lin_n(m, 1, &t, x, T, &y);
 }
 
 k3_err k3_dist_lin_check(const k3_model *m, k3_diag *d)
@@ -94,23 +136,36 @@ k3_err k3_dist_lin_check(const k3_model *m, k3_diag *d)
 k3_err k3_dist_serve_lin(k3_model *m, const uint32_t *hdr, k3_diag *d)
 {
     const int me = k3_dist_rank();
-    const uint32_t wid = hdr[0] >> 8, T = hdr[2];
-    const int layer = hdr[1] == UINT32_MAX ? -1 : (int)hdr[1];
-    const k3_tensor *t = wid < K3W__COUNT && layer >= -1 && layer < (int)m->d.L ? k3w_get(m->w, layer, (k3_wid)wid) : NULL;
-    if (!t || !t->split || T == 0 || T > m->o.max_batch)
-        return k3_fail(d, K3_ERR_INTERNAL, "rank %d: rank 0 asks for rows of a matrix this rank has not split "
-                       "(tensor %u of layer %d, %u tokens): the ranks run different k3run builds or options",
-                       me, wid, layer, T);
+    const int ns = (int)(hdr[0] >> 4 & 7), layer = hdr[1] == UINT32_MAX ? -1 : (int)hdr[1];
+    const uint32_t T = hdr[2];
+    const k3_tensor *g[K3_SPLIT_GROUP_MAX];
+    size_t total = 0;
+    int ok = ns >= 1 && ns <= K3_SPLIT_GROUP_MAX && T >= 1 && T <= m->o.max_batch && layer >= -1 &&
+             layer < (int)m->d.L;
+    for (int j = 0; j < ns && ok; j++) {
+        uint32_t wid = hdr[0] >> (7 + 6 * j) & 63;
+        g[j] = wid < K3W__COUNT ? k3w_get(m->w, layer, (k3_wid)wid) : NULL;
+        ok = g[j] && g[j]->split && g[j]->mat.cols == g[0]->mat.cols;
+        if (ok) total += (size_t)T * (g[j]->hi - g[j]->lo);
+    }
+    if (!ok)
+        return k3_fail(d, K3_ERR_INTERNAL, "rank %d: rank 0 asks for rows of matrices this rank has not split "
+                       "(header %08x, layer %d, %u tokens): the ranks run different k3run builds or options",
+                       me, hdr[0], layer, T);
     dist_lin *b = m->lin;
-    const size_t cols = t->mat.cols, n = t->hi - t->lo;
+    const size_t cols = g[0]->mat.cols;
     dist_status st;
     memset(&st, 0, sizeof st);
-    if (grow(&b->x, &b->x_cap, T * cols) || grow(&b->y, &b->y_cap, n ? T * n : 1))
+    if (grow(&b->x, &b->x_cap, T * cols) || grow(&b->y, &b->y_cap, total ? total : 1))
         return k3_fail(d, K3_ERR_NOMEM, "rank %d: out of memory for the trunk's exchange between ranks", me);
     k3_err e = k3_dist_bcast(b->x, T * cols * sizeof(float), d);
     if (e) return e;
-    lin_slice(m, t, b->x, T, b->y, (uint32_t)n);
+    float *p = b->y;                                    /* [member][T][its rows here] */
+    for (int j = 0; j < ns; j++) {
+        const uint32_t k = g[j]->hi - g[j]->lo;
+        lin_slice(m, g[j], b->x, T, p, k);
+        p += (size_t)T * k;
+    }
     if ((e = k3_dist_send(0, TAG_STATUS, &st, sizeof st, d))) return e;
-    return k3_dist_send(0, TAG_ROWS, b->y, T * n * sizeof(float), d);
+    return k3_dist_send(0, TAG_ROWS, b->y, total * sizeof(float), d);
 }
-

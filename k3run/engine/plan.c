@@ -60,7 +60,31 @@ int k3_tensor_splittable(const char *name, int ndim, const uint64_t *shape)
     return k3_tensor_by_rows(name, ndim, shape);
 }
 
-void k3_geometry_add_mat(k3_geometry *g, int unit, const char *name, int ndim, const uint64_t *shape, uint64_t size)
+/* The exchange group of a split matrix (k3_split_mat.group): the products model_attn.c and
+   model_ffn.c make of one input in one k3_lin_fused. */
+static uint32_t split_group(const k3_config *c, int unit, const char *name)
+{
+    static const struct { const char *suffix; int kda; uint32_t group; } g[] = {   /* kda -1: either */
+        {"self_attn.q_proj.weight", -1, 1}, {"self_attn.k_proj.weight", 1, 1}, {"self_attn.v_proj.weight", 1, 1},
+        {"self_attn.q_a_proj.weight", 0, 1}, {"self_attn.kv_a_proj_with_mqa.weight", 0, 1},
+        {"self_attn.g_proj.weight", 0, 1},
+        {"mlp.gate_proj.weight", -1, 2}, {"mlp.up_proj.weight", -1, 2},
+        {"block_sparse_moe.routed_expert_down_proj.weight", -1, 3},
+        {"block_sparse_moe.shared_experts.gate_proj.weight", -1, 3},
+        {"block_sparse_moe.shared_experts.up_proj.weight", -1, 3},
+    };
+    if (unit < 0 || (uint32_t)unit >= c->num_hidden_layers) return 0;
+    int kda = k3_layer_is_kda(c, (uint32_t)unit);
+    size_t n = strlen(name);
+    for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) {
+        size_t k = strlen(g[i].suffix);
+        if (n >= k && !strcmp(name + n - k, g[i].suffix) && (g[i].kda < 0 || g[i].kda == kda)) return g[i].group;
+    }
+    return 0;
+}
+
+void k3_geometry_add_mat(k3_geometry *g, const k3_config *c, int unit, const char *name, int ndim,
+                         const uint64_t *shape, uint64_t size)
 {
     if (unit < 0 || g->n_mats == UINT32_MAX || !k3_tensor_splittable(name, ndim, shape)) return;
     if (g->n_mats == K3_MAX_SPLIT_MATS || shape[0] > UINT32_MAX || size / shape[0] > UINT32_MAX) {
@@ -73,6 +97,7 @@ void k3_geometry_add_mat(k3_geometry *g, int unit, const char *name, int ndim, c
     m->row_bytes = (uint32_t)(size / shape[0]);
     m->cols = (uint32_t)(ndim == 2 ? shape[1] : 0);
     m->scale_row_bytes = m->row_bytes == m->cols ? m->cols / 32 : 0;
+    m->group = split_group(c, unit, name);
 }
 
 int k3_tensor_in_pieces(const char *name, int ndim, const uint64_t *shape, uint64_t size, uint64_t chunk)
@@ -130,7 +155,7 @@ k3_err k3_geometry_from_manifest(const k3_manifest *m, const k3_config *c, k3_ge
         const k3_mf_tensor *t = &m->tensors[i];
         int u = k3_trunk_unit(t->name, c->num_hidden_layers);
         if (u >= 0) k3_unit_add(&acc[u], t->name, t->ndim, t->shape, t->size, g->chunk);
-        k3_geometry_add_mat(g, u, t->name, t->ndim, t->shape, t->size);
+        k3_geometry_add_mat(g, c, u, t->name, t->ndim, t->shape, t->size);
     }
     for (uint32_t u = 0; u <= c->num_hidden_layers; u++) unit_finish(g, u, &acc[u]);
     free(acc);
@@ -163,7 +188,7 @@ k3_err k3_geometry_from_config(const k3_config *c, k3_geometry *g, k3_diag *d)
         if (!ex) {
             int u = k3_trunk_unit(t->name, c->num_hidden_layers);
             if (u >= 0) k3_unit_add(&acc[u], t->name, t->rank, t->shape, t->nbytes, g->chunk);
-            k3_geometry_add_mat(g, u, t->name, t->rank, t->shape, t->nbytes);
+            k3_geometry_add_mat(g, c, u, t->name, t->rank, t->shape, t->nbytes);
             continue;
         }
         if (first_moe < 0) first_moe = t->layer;

@@ -84,6 +84,7 @@ void k3_unit_add(k3_unit_acc *a, const char *name, int ndim, const uint64_t *sha
 #define K3_SPLIT_BLOCK 32u                   /* rows: = kern.h's K3_KERN_BLOCK */
 #define K3_SPLIT_MIN_DEFAULT (1ull << 20)    /* a smaller matrix stays whole on rank 0 (K3_SPLIT_MIN) */
 #define K3_MAX_SPLIT_MATS 4096               /* matrices a geometry lists (real K3: 1,021) */
+#define K3_SPLIT_GROUP_MAX 4                 /* split matrices of one input exchanged at once */
 /* 1 if a trunk tensor may be split: k3_tensor_by_rows, and not a MoE router (rank 0's
    lookahead multiplies it too, so rank 0 keeps it whole). */
 int k3_tensor_splittable(const char *name, int ndim, const uint64_t *shape);
@@ -111,6 +112,11 @@ typedef struct k3_split_mat {
     uint32_t row_bytes;          /* bytes of one row (size = rows x row_bytes) */
     uint32_t scale_row_bytes;    /* a Q8 matrix (one byte per weight): its NAME_scale's bytes per row
                                     (cols / 32), sliced with it; else 0 */
+    uint32_t group;              /* 0: exchanged alone; else the matrices of its unit with this group
+                                    multiply one input in one k3_lin_fused and share one exchange:
+                                    1 the attention's input (KDA q, k, v; MLA q or q_a, kv_a, g),
+                                    2 the dense FFN's gate and up, 3 the MoE's latent down and shared
+                                    gate and up */
 } k3_split_mat;
 
 typedef struct k3_geometry {
@@ -138,8 +144,9 @@ typedef struct k3_geometry {
 } k3_geometry;
 
 /* List tensor `name` in g->mats if it is splittable (the geometry makers call it for every
-   trunk tensor of unit `unit`). */
-void k3_geometry_add_mat(k3_geometry *g, int unit, const char *name, int ndim, const uint64_t *shape, uint64_t size);
+   trunk tensor of unit `unit`, c the model's config). */
+void k3_geometry_add_mat(k3_geometry *g, const k3_config *c, int unit, const char *name, int ndim,
+                         const uint64_t *shape, uint64_t size);
 
 k3_err k3_geometry_from_manifest(const k3_manifest *m, const k3_config *c, k3_geometry *g, k3_diag *d);
 /* From the config alone, with k3pack's layout (docs/FORMAT.md 2.3). */
@@ -189,10 +196,12 @@ void k3_geometry_for_rank(const k3_geometry *g, int rank, int ranks, int first, 
    the geometry lists too many matrices. */
 k3_err k3_geometry_for_rank_split(const k3_geometry *g, int rank, int ranks, int first, uint64_t min,
                                   k3_geometry *out, k3_diag *d);
-/* Network bytes per forward pass of one token that splitting the trunk adds (model_dist.c): per
-   split matrix of C columns and N rows, rank 0 broadcasts 12 + 4 C to each other rank and
-   receives 260 of status from each and 4 (N - its slice) of outputs. */
-void k3_split_traffic(const k3_geometry *g, int ranks, uint64_t min, double *sent, double *received);
+/* Network bytes per forward pass of one token that splitting the trunk adds (model_split.c): per
+   exchange (a split matrix alone, or a group's split matrices) of C columns, rank 0 broadcasts
+   12 + 4 C to each other rank and receives 260 of status from each, and per split matrix of N rows
+   4 (N - its slice) of outputs. *exchanges: how many (the round trips it adds). */
+void k3_split_traffic(const k3_geometry *g, int ranks, uint64_t min, double *sent, double *received,
+                      uint32_t *exchanges);
 
 /*
  * Make the plan. buffers/kda_state/mla_cache come from the model's own sizing

@@ -87,16 +87,26 @@ k3_err k3_geometry_for_rank_split(const k3_geometry *g, int rank, int ranks, int
     return K3_OK;
 }
 
-void k3_split_traffic(const k3_geometry *g, int ranks, uint64_t min, double *sent, double *received)
+void k3_split_traffic(const k3_geometry *g, int ranks, uint64_t min, double *sent, double *received,
+                      uint32_t *exchanges)
 {
     *sent = *received = 0;
+    *exchanges = 0;
     if (ranks <= 1 || g->n_mats == UINT32_MAX) return;
+    uint8_t *seen = calloc((size_t)g->n_units * 4, 1);   /* [unit][group]: its exchange counted */
     for (uint32_t i = 0; i < g->n_mats; i++) {
         const k3_split_mat *m = &g->mats[i];
         if (!k3_split_on(m->rows, (uint64_t)m->rows * m->row_bytes, ranks, min)) continue;
         uint32_t lo, hi;
         k3_split_rows(m->rows, 0, ranks, &lo, &hi);
-        *sent += (12.0 + 4.0 * m->cols) * (ranks - 1);
-        *received += 260.0 * (ranks - 1) + 4.0 * (m->rows - (hi - lo));
+        int own = !m->group || m->group > 3 || !seen || m->unit >= g->n_units;
+        if (own || !seen[m->unit * 4 + m->group]) {     /* a new exchange: its header, x and statuses */
+            if (!own) seen[m->unit * 4 + m->group] = 1;
+            *sent += (12.0 + 4.0 * m->cols) * (ranks - 1);
+            *received += 260.0 * (ranks - 1);
+            ++*exchanges;
+        }
+        *received += 4.0 * (m->rows - (hi - lo));
     }
+    free(seen);
 }

@@ -314,8 +314,9 @@ need(abs(d["network_received_bytes_per_token"] - L * (4 * Dl * k * (R - 1) / R +
 need(d["ranks_holding_every_expert"] == 1, "one rank holds all at 1G")
 EOF
         # --trunk split: the network bytes recomputed here from the manifest (every 2-D trunk matrix
-        # the model multiplies once per pass, of two 32-row blocks or more, but the MoE routers:
-        # 12 + 4 cols to each other rank, back 260 + 4 x the rows of the others' slices)
+        # the model multiplies once per pass, of two 32-row blocks or more, but the MoE routers; per
+        # exchange 12 + 4 cols to each other rank and 260 back from each, and 4 x the rows of the
+        # others' slices)
         "$K3INSPECT" --plan --budget 1G --ranks $R --trunk split --split-min 0 --json "$T/tiny" >"$T/split.json" ||
             fail "--ranks $R --trunk split"
         "$PYTHON" - "$T/split.json" "$T/ranks.json" "$T/tiny/manifest.json" $R <<'EOF' || fail "--ranks $R --trunk split"
@@ -324,15 +325,35 @@ d, w, m = (json.load(open(a)) for a in sys.argv[1:4])
 R = int(sys.argv[4])
 def need(ok, msg):
     if not ok: sys.exit("check: " + msg)
+# the products of one input share one exchange: KDA q, k, v; MLA q (or q_a), kv_a, g; the dense
+# FFN's gate and up; the MoE's latent down and shared gate and up
+names = {t["name"] for t in m["tensors"]}
+def group(n):
+    if not n.startswith("model.layers."):
+        return None
+    layer, rest = n[len("model.layers."):].split(".", 1)
+    mla = "model.layers.%s.self_attn.kv_a_proj_with_mqa.weight" % layer in names
+    attn = ["q_proj", "q_a_proj", "kv_a_proj_with_mqa", "g_proj"] if mla else ["q_proj", "k_proj", "v_proj"]
+    for g, members in ((1, ["self_attn.%s.weight" % a for a in attn]), (2, ["mlp.gate_proj.weight", "mlp.up_proj.weight"]),
+                       (3, ["block_sparse_moe." + a for a in ("routed_expert_down_proj.weight",
+                                                             "shared_experts.gate_proj.weight", "shared_experts.up_proj.weight")])):
+        if rest in members:
+            return (layer, g)
+    return None
 sent = recv = 0
+seen = set()
 for t in m["tensors"]:
     n, s = t["name"], t["shape"]
     if len(s) != 2 or s[0] < 64 or n == "model.embed_tokens.weight" or n.endswith(("kv_b_proj.weight", "_scale",
                                                                                       "block_sparse_moe.gate.weight")):
         continue
     mine = min(((s[0] + 31) // 32 // R) * 32, s[0])            # rank 0's rows: [0, mine)
-    sent += (12 + 4 * s[1]) * (R - 1)
-    recv += 260 * (R - 1) + 4 * (s[0] - mine)
+    g = group(n)
+    if g is None or g not in seen:
+        seen.add(g)
+        sent += (12 + 4 * s[1]) * (R - 1)
+        recv += 260 * (R - 1)
+    recv += 4 * (s[0] - mine)
 need(d["trunk_placement"] == "split" and d["trunk"]["split"], "placement")
 need(d["network_sent_bytes_per_token"] == w["network_sent_bytes_per_token"] + sent, "bytes sent, split")
 need(abs(d["network_received_bytes_per_token"] - w["network_received_bytes_per_token"] - recv) < 1e-6,
