@@ -6,6 +6,7 @@ seconds. Every wait is bounded in time."""
 
 import http.client
 import json
+import re
 import os
 import signal
 import subprocess
@@ -115,7 +116,8 @@ class Server:
                 if not line:
                     break
                 chunks.append(line)
-                if line.startswith(b"data: {") and (b'"content":"' in line or b'"reasoning_content":"' in line):
+                # text, not the opening chunk's empty "content":""
+                if line.startswith(b"data: {") and re.search(rb'"(content|reasoning_content)":"[^"]', line):
                     first.set()
             data = b"".join(chunks)
             c.close()
