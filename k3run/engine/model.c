@@ -237,6 +237,8 @@ static int alloc_buffers(k3_model *m)
     }
     m->logits = balloc(m, s, K3B_LOGITS, &fail);
     if (s->count[K3B_KDA_WORK]) m->kda_work = balloc(m, s, K3B_KDA_WORK, &fail);
+    m->xpk = balloc(m, s, K3B_XPK, &fail);
+    m->xpk_cap = s->bytes[K3B_XPK] / sizeof(float);
     assert(fail || m->bytes == s->total);         /* the planner budgeted exactly this */
     return fail;
 }
@@ -251,7 +253,7 @@ void k3_model_free(k3_model *m)
                     m->vec, m->vec2, m->t0, m->t1, m->t2, m->t3, m->t4, m->small, m->conv_w, m->convtmp, m->headtmp, m->headvec,
                     m->alog, m->mla_q, m->mla_s, m->mla_ol, m->g, m->u, m->logits_e, m->bias, m->sel, m->idx, m->wts,
                     m->xl, m->yl, m->Y, m->xe, m->ye, m->uniq, m->tok_of, m->slot_of, m->ex, m->seen,
-                    m->logits, m->kda_work};
+                    m->logits, m->kda_work, m->xpk};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(m->dist_rows);
     if (m->lin) { free(m->lin->x); free(m->lin->y); free(m->lin); }

@@ -70,6 +70,8 @@ struct k3_model {
     k3_expert *ex;                /* [min(B*k, E)] */
     uint32_t *seen;               /* [E] tokens of the batch that chose each expert */
 
+    float *xpk;                   /* [B][widest input] a batch's x packed for its products (k3_xpack) */
+    uint64_t xpk_cap;             /* floats of xpk */
     float *logits;                /* [B or 1][V] */
     uint32_t n_logits;            /* rows of logits from the last forward */
     uint64_t bytes;               /* everything above (= k3_model_shape total for its dims) */
@@ -131,6 +133,9 @@ void k3_dist_lin_n(const k3_model *m, int n, const k3_tensor *const *t, const fl
 /* the first failure of k3_dist_lin in this model (the pass that met it fails), K3_OK if none */
 k3_err k3_dist_lin_check(const k3_model *m, k3_diag *d);
 
+/* x [T][cols] packed into m->xpk for the row blocks of a batch's products (kern.h k3_xpack);
+   NULL where there is nothing to pack (one token, the scalar path) or no room. */
+const float *k3_xpack_batch(const k3_model *m, const float *x, uint32_t cols, uint32_t T);
 /* y [T][rows] = W x [T][cols] with the model's ISA */
 void k3_lin(const k3_model *m, const k3_tensor *t, const float *x, uint32_t T, float *y);
 /* y[j] = t[j] x for j < n (n <= K3_LIN_MAX), the same x, in one parallel region */

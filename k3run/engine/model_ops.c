@@ -59,16 +59,23 @@ void k3_glu(const k3_model *m, float *g, const float *u, uint32_t n)
     });
 }
 
+const float *k3_xpack_batch(const k3_model *m, const float *x, uint32_t cols, uint32_t T)
+{
+    if (T < 2 || (uint64_t)T * k3_xpack_cols(cols) > m->xpk_cap) return NULL;
+    return k3_xpack(m->o.isa, x, cols, T, cols, m->xpk) ? m->xpk : NULL;
+}
+
 void k3_lin(const k3_model *m, const k3_tensor *t, const float *x, uint32_t T, float *y)
 {
     if (t->split) { k3_dist_lin(m, t, x, T, y); return; }   /* its rows are on every rank */
-    if (t->mat.data) { k3_matmul(m->o.isa, &t->mat, x, t->mat.cols, T, y, t->mat.rows); return; }
+    const float *xp = k3_xpack_batch(m, x, t->mat.cols, T);
+    if (t->mat.data) { k3_matmul_xp(m->o.isa, &t->mat, x, t->mat.cols, xp, T, y, t->mat.rows); return; }
     /* streamed in row pieces: each output element is one row's dot product, so the bits do not
        depend on the split (kern.h); a failed piece is reported by the layer's k3w_check */
     for (uint32_t r0 = 0, r1; r0 < t->mat.rows; r0 = r1) {
         k3_mat v;
         if (k3w_rows(m->w, t, r0, &v, &r1)) return;
-        k3_matmul(m->o.isa, &v, x, t->mat.cols, T, y + r0, t->mat.rows);
+        k3_matmul_xp(m->o.isa, &v, x, t->mat.cols, xp, T, y + r0, t->mat.rows);
     }
 }
 
@@ -103,12 +110,13 @@ int k3_lin_fused(const k3_model *m, int n, const k3_tensor *const *t, const floa
     if (piecewise || n > K3_LIN_MAX) return 0;
     if (split) { k3_dist_lin_n(m, n, t, x, T, y); return 1; }   /* across the ranks, one exchange */
     const long nb = start[n];
+    const float *xp = k3_xpack_batch(m, x, t[0]->mat.cols, T);   /* every t[j] has x's cols */
     K3_PFOR(work >= 65536, for (long b = 0; b < nb; b++) {
         int j = 0;
         while (b >= start[j + 1]) j++;
         const k3_mat *W = &t[j]->mat;
         uint32_t r0 = (uint32_t)(b - start[j]) * BR, r1 = W->rows - r0 < BR ? W->rows : r0 + BR;
-        k3_matmul_rows(m->o.isa, W, x, W->cols, T, y[j], W->rows, r0, r1);
+        k3_matmul_rows_xp(m->o.isa, W, x, W->cols, xp, T, y[j], W->rows, r0, r1);
     });
     return 1;
 }

@@ -114,6 +114,11 @@ void k3_model_sizes(const k3_dims *z, uint32_t batch, uint32_t context, int all_
     buf(s, K3B_KDA_REC, (uint64_t)verify * (6ull * z->C + z->H), 4, vk ? n_kda : 0);
     buf(s, K3B_KDA_WORK, (uint64_t)z->H * z->K * z->K, 4, vk);
     s->verify_bytes = vk ? s->bytes[K3B_KDA_REC] * n_kda + s->bytes[K3B_KDA_WORK] : 0;
+    /* a batch's input packed once for all the row blocks of its products (kern.h k3_xpack):
+       [B][the widest input of any product]; a model of one token per pass needs none */
+    uint32_t xw = umax(umax(umax(z->D, z->C), umax(z->fa_rank, z->ga_rank)),
+                       umax(umax(z->Q, z->Hm * z->dv), umax(umax(z->I, z->Ish), umax(z->Ie, z->Dl))));
+    buf(s, K3B_XPK, B >= 2 ? B * xw : 0, 4, 1);
     if (verify > 1) s->verify_bytes += (rows - (all_logits ? B : 1)) * (uint64_t)z->V * 4;
 
     s->kda_bytes = n_kda * (3ull * z->C * (z->W - 1 ? z->W - 1 : 1) + (uint64_t)z->H * z->K * z->K) * sizeof(float);

@@ -73,13 +73,30 @@ void k3_matmul(k3_isa isa, const k3_mat *W, const float *x, size_t ldx, uint32_t
 void k3_matmul_rows(k3_isa isa, const k3_mat *W, const float *x, size_t ldx, uint32_t T,
                     float *y, size_t ldy, uint32_t r0, uint32_t r1);
 
-/* Per-ISA entry points (kern_scalar.c, kern_avx2.c, kern_avx512.c): rows [r0, r1). */
-void k3_kern_rows_scalar(const k3_mat *W, const float *x, size_t ldx, uint32_t T,
+/*
+ * A batch (T >= 2) multiplied by several matrices, or by one matrix in several row blocks:
+ * the vector paths rearrange x within each 16-group before they multiply it (docs/KERNELS.md,
+ * "Matrix-matrix"). k3_xpack does that once, into xp [T][k3_xpack_cols(cols)], for every product
+ * of x with a matrix of `cols` columns (any encoding); it returns 0 and writes nothing where the
+ * path does not use it (scalar). The products then take xp beside x (which they still read: the
+ * tail of a row whose cols is not a multiple of 16, and single tokens).
+ */
+#define k3_xpack_cols(cols) ((cols) / 16u * 16u)
+int k3_xpack(k3_isa isa, const float *x, size_t ldx, uint32_t T, uint32_t cols, float *xp);
+void k3_matmul_xp(k3_isa isa, const k3_mat *W, const float *x, size_t ldx, const float *xp,
+                  uint32_t T, float *y, size_t ldy);
+void k3_matmul_rows_xp(k3_isa isa, const k3_mat *W, const float *x, size_t ldx, const float *xp,
+                       uint32_t T, float *y, size_t ldy, uint32_t r0, uint32_t r1);
+
+/* Per-ISA entry points (kern_scalar.c, kern_avx2.c, kern_avx512.c): rows [r0, r1); xp as
+   k3_xpack wrote it, or NULL. */
+void k3_kern_rows_scalar(const k3_mat *W, const float *x, size_t ldx, const float *xp, uint32_t T,
                          float *y, size_t ldy, uint32_t r0, uint32_t r1);
-void k3_kern_rows_avx2(const k3_mat *W, const float *x, size_t ldx, uint32_t T,
+void k3_kern_rows_avx2(const k3_mat *W, const float *x, size_t ldx, const float *xp, uint32_t T,
                        float *y, size_t ldy, uint32_t r0, uint32_t r1);
-void k3_kern_rows_avx512(const k3_mat *W, const float *x, size_t ldx, uint32_t T,
+void k3_kern_rows_avx512(const k3_mat *W, const float *x, size_t ldx, const float *xp, uint32_t T,
                          float *y, size_t ldy, uint32_t r0, uint32_t r1);
+void k3_xpack_avx2(const float *x, size_t ldx, uint32_t T, uint32_t cols, float *xp);
 /* k3_mx_table[s][c]: the canonical fp32 weight of MXFP4 element code c (0-15) in a
    block of scale code s, e2m1(c) * 2^(s-127) as kern_scalar.c defines it (-0 for
    code 8, NaN for s = 255); filled before main() runs. [256 scale codes][16 codes] */
@@ -90,7 +107,7 @@ extern float k3_mx_table[256][16];
  * vector, kern_simd.h with KS_NR 2) run on pairs of AVX2 registers, so that it
  * is checked bit for bit on CPUs without AVX-512. Needs AVX2 + FMA.
  */
-void k3_kern_rows_avx2x2(const k3_mat *W, const float *x, size_t ldx, uint32_t T,
+void k3_kern_rows_avx2x2(const k3_mat *W, const float *x, size_t ldx, const float *xp, uint32_t T,
                          float *y, size_t ldy, uint32_t r0, uint32_t r1);
 
 #endif

@@ -24,6 +24,7 @@ static inline __m256i k3_avx2_bq(const void *p)
 
 /* ---- one row per __m256 ---- */
 #define KS_NR 1
+#define KS_TT 3           /* 4 x 3 accumulators + 3 of x + 1 of weights: the 16 registers */
 #define KS_FN(name) ks_##name##_avx2
 #define ks_vf __m256
 #define ks_vi __m256i
@@ -56,13 +57,19 @@ static inline __m256i k3_avx2_bq(const void *p)
 #define ks_reg(v) __asm__("" : "+x"(v))
 #include "kern_simd.h"
 
-void k3_kern_rows_avx2(const k3_mat *W, const float *x, size_t ldx, uint32_t T,
+void k3_kern_rows_avx2(const k3_mat *W, const float *x, size_t ldx, const float *xp, uint32_t T,
                        float *y, size_t ldy, uint32_t r0, uint32_t r1)
 {
-    ks_rows_avx2(W, x, ldx, T, y, ldy, r0, r1);
+    ks_rows_avx2(W, x, ldx, xp, T, y, ldy, r0, r1);
+}
+
+void k3_xpack_avx2(const float *x, size_t ldx, uint32_t T, uint32_t cols, float *xp)
+{
+    for (uint32_t t = 0; t < T; t++) ks_pack_x(xp + (size_t)t * (cols / 16 * 16), x + (size_t)t * ldx, cols / 16);
 }
 
 #undef KS_NR
+#undef KS_TT
 #undef KS_FN
 #undef ks_vf
 #undef ks_vi
@@ -202,6 +209,7 @@ static inline void kp_halves(kp_vf v, float *o0, float *o1)
 }
 
 #define KS_NR 2
+#define KS_TT 6           /* as kern_avx512.c (here the tiles spill: a test of the structure only) */
 #define KS_FN(name) ks_##name##_avx2x2
 #define ks_vf kp_vf
 #define ks_vi kp_vi
@@ -233,8 +241,8 @@ static inline void kp_halves(kp_vf v, float *o0, float *o1)
 #define ks_reg(v) __asm__("" : "+x"((v).h[0]), "+x"((v).h[1]))
 #include "kern_simd.h"
 
-void k3_kern_rows_avx2x2(const k3_mat *W, const float *x, size_t ldx, uint32_t T,
+void k3_kern_rows_avx2x2(const k3_mat *W, const float *x, size_t ldx, const float *xp, uint32_t T,
                          float *y, size_t ldy, uint32_t r0, uint32_t r1)
 {
-    ks_rows_avx2x2(W, x, ldx, T, y, ldy, r0, r1);
+    ks_rows_avx2x2(W, x, ldx, xp, T, y, ldy, r0, r1);
 }

@@ -50,6 +50,7 @@ static inline void k3_512_halves(__m512 v, float *o0, float *o1)
 }
 
 #define KS_NR 2
+#define KS_TT 6           /* 4 x 6 accumulators + 6 of x + 1 of weights: 31 of the 32 registers */
 #define KS_FN(name) ks_##name##_avx512
 #define ks_vf __m512
 #define ks_vi __m512i
@@ -226,7 +227,7 @@ static void q8_mv(const k3_mat *W, const float *x, float *y, uint32_t r0, uint32
     }
 }
 
-void k3_kern_rows_avx512(const k3_mat *W, const float *x, size_t ldx, uint32_t T,
+void k3_kern_rows_avx512(const k3_mat *W, const float *x, size_t ldx, const float *xp, uint32_t T,
                          float *y, size_t ldy, uint32_t r0, uint32_t r1)
 {
     if (T == 1 && W->enc == K3_ENC_MXFP4 && W->cols <= MX_XMAX && r0 < r1)
@@ -234,5 +235,5 @@ void k3_kern_rows_avx512(const k3_mat *W, const float *x, size_t ldx, uint32_t T
     else if (T == 1 && W->enc == K3_ENC_Q8 && r0 < r1)
         q8_mv(W, x, y, r0, r1);
     else
-        ks_rows_avx512(W, x, ldx, T, y, ldy, r0, r1);
+        ks_rows_avx512(W, x, ldx, xp, T, y, ldy, r0, r1);
 }

@@ -78,19 +78,38 @@ k3_err k3_isa_choose(const char *value, k3_isa *out, k3_diag *d)
                    "this CPU can run: %s)", value, have);
 }
 
-void k3_matmul_rows(k3_isa isa, const k3_mat *W, const float *x, size_t ldx, uint32_t T,
-                    float *y, size_t ldy, uint32_t r0, uint32_t r1)
+void k3_matmul_rows_xp(k3_isa isa, const k3_mat *W, const float *x, size_t ldx, const float *xp,
+                       uint32_t T, float *y, size_t ldy, uint32_t r0, uint32_t r1)
 {
     if (!k3_isa_supported(isa)) isa = K3_ISA_SCALAR;    /* same bits, only slower */
     switch (isa) {
-    case K3_ISA_AVX512: k3_kern_rows_avx512(W, x, ldx, T, y, ldy, r0, r1); break;
-    case K3_ISA_AVX2: k3_kern_rows_avx2(W, x, ldx, T, y, ldy, r0, r1); break;
-    default: k3_kern_rows_scalar(W, x, ldx, T, y, ldy, r0, r1); break;
+    case K3_ISA_AVX512: k3_kern_rows_avx512(W, x, ldx, xp, T, y, ldy, r0, r1); break;
+    case K3_ISA_AVX2: k3_kern_rows_avx2(W, x, ldx, xp, T, y, ldy, r0, r1); break;
+    default: k3_kern_rows_scalar(W, x, ldx, NULL, T, y, ldy, r0, r1); break;
     }
+}
+
+void k3_matmul_rows(k3_isa isa, const k3_mat *W, const float *x, size_t ldx, uint32_t T,
+                    float *y, size_t ldy, uint32_t r0, uint32_t r1)
+{
+    k3_matmul_rows_xp(isa, W, x, ldx, NULL, T, y, ldy, r0, r1);
+}
+
+int k3_xpack(k3_isa isa, const float *x, size_t ldx, uint32_t T, uint32_t cols, float *xp)
+{
+    if (!k3_isa_supported(isa) || isa == K3_ISA_SCALAR || T < 2 || cols < 16) return 0;
+    k3_xpack_avx2(x, ldx, T, cols, xp);                /* AVX2 instructions: on every vector path */
+    return 1;
 }
 
 void k3_matmul(k3_isa isa, const k3_mat *W, const float *x, size_t ldx, uint32_t T,
                float *y, size_t ldy)
+{
+    k3_matmul_xp(isa, W, x, ldx, NULL, T, y, ldy);
+}
+
+void k3_matmul_xp(k3_isa isa, const k3_mat *W, const float *x, size_t ldx, const float *xp,
+                  uint32_t T, float *y, size_t ldy)
 {
     const uint32_t rows = W->rows;
     const long nblocks = (long)((rows + K3_KERN_BLOCK - 1) / K3_KERN_BLOCK);
@@ -98,6 +117,6 @@ void k3_matmul(k3_isa isa, const k3_mat *W, const float *x, size_t ldx, uint32_t
     K3_PFOR(big, for (long b = 0; b < nblocks; b++) {
         uint32_t r0 = (uint32_t)b * K3_KERN_BLOCK;
         uint32_t r1 = rows - r0 < K3_KERN_BLOCK ? rows : r0 + K3_KERN_BLOCK;
-        k3_matmul_rows(isa, W, x, ldx, T, y, ldy, r0, r1);
+        k3_matmul_rows_xp(isa, W, x, ldx, xp, T, y, ldy, r0, r1);
     });
 }

@@ -60,9 +60,10 @@ __attribute__((constructor)) static void mx_table_fill(void)
         }
 }
 
-void k3_kern_rows_scalar(const k3_mat *W, const float *x, size_t ldx, uint32_t T,
+void k3_kern_rows_scalar(const k3_mat *W, const float *x, size_t ldx, const float *xp, uint32_t T,
                          float *y, size_t ldy, uint32_t r0, uint32_t r1)
 {
+    (void)xp;                                                /* x as it is: no packing here */
     for (uint32_t t = 0; t < T; t++) {
         const float *xt = x + (size_t)t * ldx;                                   /* [cols] */
         for (uint32_t r = r0; r < r1; r++) {

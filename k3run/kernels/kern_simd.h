@@ -46,12 +46,14 @@
 /* prefetch p + off bytes (integer arithmetic: the address may lie past the matrix) */
 #define KS_PREFETCH(p, off) __builtin_prefetch((const void *)((uintptr_t)(p) + (off)))
 #define KS_RMV 4          /* row vectors per pass of the matrix-vector kernels */
-#define KS_SB 32          /* rows per block of the matrix-matrix kernel */
-#define KS_RP 4           /* row vectors per panel (even; KS_SB multiple of KS_RP * KS_NR) */
-#define KS_TT 3           /* tokens per register tile */
-#define KS_KC 512         /* columns per panel (multiple of 32) */
-#define KS_TC 16          /* tokens per chunk */
-
+#define KS_SB 32          /* rows per block of the matrix-matrix kernel (= K3_KERN_BLOCK) */
+#define KS_MR 4           /* row vectors per register tile */
+#define KS_RP 4           /* row vectors per panel (a multiple of KS_MR) */
+#define KS_KC 1024        /* columns per panel (a multiple of 32) */
+#define KS_TC 32          /* tokens per chunk */
+#ifndef KS_TT
+#error "define KS_TT (tokens per register tile: KS_MR * KS_TT accumulators) before including kern_simd.h"
+#endif
 #ifndef KS_TABLES
 #define KS_TABLES
 /*
@@ -134,42 +136,29 @@ static inline void ks_next_step(const ks_next *nx, uint32_t i)
     if ((size_t)i * 64 < nx->ns) KS_PREFETCH(nx->s, (size_t)i * 64);
 }
 
-/* The slot order a 16-group of weights decodes to in the matrix-matrix panel:
- * slot k < 8 holds canonical lane ks_slot(lay, 0, k), slot 8 + k lane
- * ks_slot(lay, 1, k). MXFP4: even codes ks_lane_e, odd ks_lane_o; BF16:
- * 0,2,..,14 / 1,3,..,15 (the halves of 32-bit pairs of bf16); Q8: natural. */
-enum { KS_LAY_MX, KS_LAY_BF16, KS_LAY_NAT };
-
-static inline int ks_slot(int lay, int odd, int k)
+/* The tree of kern.h on one row's lanes as they sit in the slot halves of the
+ * matrix-matrix kernel: e holds canonical lanes ks_lane_e (slots 0-7), o lanes
+ * ks_lane_o (slots 8-15). One unpack each puts them back in lane order (lanes
+ * 0-7 and 8-15), then each level of the tree is one vector addition of the
+ * same pairs. Plain AVX2 in every path. */
+static inline float ks_reduce_eo(__m256 e, __m256 o)
 {
-    if (lay == KS_LAY_MX) return odd ? ks_lane_o[k] : ks_lane_e[k];
-    if (lay == KS_LAY_BF16) return 2 * k + odd;
-    return 8 * odd + k;
+    __m256 lo = _mm256_unpacklo_ps(e, o), hi = _mm256_unpackhi_ps(e, o);  /* lanes 0-7, 8-15 */
+    __m256 a = _mm256_add_ps(lo, hi);                   /* a[j] = acc[j] + acc[j + 8] */
+    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));  /* a[j] + a[j + 4] */
+    __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));      /* c[j] = b[j] + b[j + 2] */
+    return _mm_cvtss_f32(_mm_add_ss(c, _mm_movehdup_ps(c)));  /* c[0] + c[1] */
 }
 
-static inline int ks_layout(int enc)
+/* ng 16-groups of one token's x into dst (16 floats per group: slots 0-7 the
+ * elements of ks_lane_e, slots 8-15 those of ks_lane_o; the order every
+ * matrix-matrix panel decodes to). Plain AVX2 in every path. */
+static inline void ks_pack_x(float *dst, const float *src, uint32_t ng)
 {
-    return enc == K3_ENC_BF16 ? KS_LAY_BF16 : enc == K3_ENC_Q8 ? KS_LAY_NAT : KS_LAY_MX;
-}
-
-/* ng 16-groups of one token's x into dst in the slot order of layout lay.
- * Plain AVX2 in every path. */
-static inline void ks_pack_x(float *dst, const float *src, uint32_t ng, int lay)
-{
-    if (lay == KS_LAY_NAT) {
-        memcpy(dst, src, (size_t)ng * 16 * sizeof(float));
-        return;
-    }
-    const int bf16 = lay == KS_LAY_BF16;
     for (uint32_t g = 0; g < ng; g++) {
         __m256 a = _mm256_loadu_ps(src + 16 * g), b = _mm256_loadu_ps(src + 16 * g + 8);
-        __m256 e = _mm256_shuffle_ps(a, b, 0x88), o = _mm256_shuffle_ps(a, b, 0xDD);
-        if (bf16) {                        /* 0,2,8,10 | 4,6,12,14 -> 0,2,4,6 | 8,10,12,14 */
-            e = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), 0xD8));
-            o = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(o), 0xD8));
-        }
-        _mm256_storeu_ps(dst + 16 * g, e);
-        _mm256_storeu_ps(dst + 16 * g + 8, o);
+        _mm256_storeu_ps(dst + 16 * g, _mm256_shuffle_ps(a, b, 0x88));
+        _mm256_storeu_ps(dst + 16 * g + 8, _mm256_shuffle_ps(a, b, 0xDD));
     }
 }
 
@@ -408,19 +397,25 @@ static void KS_FN(mv)(const k3_mat *W, const float *x, float *y, uint32_t r0, ui
     }
 }
 
-/* ---- matrix-matrix, blocked like a GEMM: for a block of KS_SB rows and
- * KS_TC tokens, the columns go by in chunks of KS_KC. Each chunk of x is
- * packed once (contiguous, in the E/O lane order the weights decode to) and
- * reused by all KS_SB rows; the chunk's weights are decoded, KS_RP row
- * vectors at a time, into a panel, and register tiles of 2 row vectors x
- * KS_TT tokens run over it. The lane sums wait in acc between chunks.
- * Slots: the two halves of a 16-group ("E" and "O") hold the canonical lanes
- * of ks_slot(): even/odd elements for MXFP4 and BF16, 0-7 / 8-15 for Q8. */
+/* ---- matrix-matrix, blocked like a GEMM (docs/KERNELS.md, "Matrix-matrix"):
+ * for a block of KS_SB rows and KS_TC tokens, the columns go by in chunks of
+ * KS_KC. x comes packed (ks_pack_x: each 16-group's elements in the slot
+ * order below), either once for the whole product by the caller (k3_xpack) or
+ * here, one chunk at a time. The chunk's weights are decoded, KS_RP row vectors
+ * at a time, into a panel that every token of the chunk then reuses; register
+ * tiles of KS_MR row vectors x KS_TT tokens run over one half of the panel at a
+ * time (the lanes of the two halves never meet before the final tree, so one
+ * half can go after the other). Each lane still takes its elements in
+ * increasing i: the 16-groups of a chunk go by in order, and the chunks in
+ * order. The lane sums wait in acc between chunks.
+ * Slots: every encoding decodes a 16-group into the order of MXFP4's
+ * nibbles: slots 0-7 hold canonical lanes ks_lane_e, slots 8-15 ks_lane_o. */
 #define KS_SV (KS_SB / KS_NR)           /* row vectors per block */
 typedef struct KS_FN(mm) {
-    ks_vf pan[KS_RP][KS_KC / 16][2];    /* [row vector][16-group][E/O] decoded weights */
-    ks_vf acc[KS_SV][KS_TC][2];         /* [row vector][token][E/O] lane sums */
-    float xp[KS_TC][KS_KC];             /* [token][16-group: 8 E, 8 O] this chunk of x */
+    ks_vf pan[2][KS_KC / 16][KS_RP];    /* [slot half][16-group][row vector] decoded weights */
+    ks_vf acc[KS_SV][KS_TC][2];         /* [row vector][token][slot half] lane sums */
+    float xp[KS_TC][KS_KC];             /* [token][16-group: 16 slots] this chunk of x, when
+                                           the caller did not pack it */
     uint32_t row[KS_SV][2];             /* [row vector][half] row index */
 } KS_FN(mm);
 
@@ -453,10 +448,11 @@ static void KS_FN(mm_decode)(KS_FN(mm) *m, const k3_mat *W, int v0, uint32_t g0,
         if (W->enc == K3_ENC_BF16) {
             const uint16_t *p0 = (const uint16_t *)W->data + (size_t)row[0] * W->cols;
             const uint16_t *p1 = (const uint16_t *)W->data + (size_t)row[1] * W->cols;
-            for (uint32_t g = 0; g < ng; g++) {                 /* pairs of bf16 in 32-bit lanes */
-                ks_vi raw = ks_ld256(p0 + 16 * (g0 + g), p1 + 16 * (g0 + g));
-                m->pan[k][g][0] = ks_if(ks_slli32(raw, 16));                    /* even */
-                m->pan[k][g][1] = ks_if(ks_slli32(ks_srli32(raw, 16), 16));     /* odd */
+            for (uint32_t g = 0; g < ng; g++) {
+                /* pairs of bf16 in 32-bit lanes, qwords 0,2,1,3: elements 0,1,8,9 | 4,5,12,13 (pairs) */
+                ks_vi raw = ks_permq_d8(ks_ld256(p0 + 16 * (g0 + g), p1 + 16 * (g0 + g)));
+                m->pan[0][g][k] = ks_if(ks_slli32(raw, 16));                    /* 0,2,8,10,4,6,12,14 */
+                m->pan[1][g][k] = ks_if(ks_slli32(ks_srli32(raw, 16), 16));     /* 1,3,9,11,5,7,13,15 */
             }
             continue;
         }
@@ -465,11 +461,12 @@ static void KS_FN(mm_decode)(KS_FN(mm) *m, const k3_mat *W, int v0, uint32_t g0,
             const int8_t *p1 = (const int8_t *)W->data + (size_t)row[1] * W->cols;
             const uint8_t *s0 = W->scales + (size_t)row[0] * (W->cols / 32);
             const uint8_t *s1 = W->scales + (size_t)row[1] * (W->cols / 32);
-            for (uint32_t g = 0; g < ng; g++) {                 /* natural order: 0-7 | 8-15 */
+            for (uint32_t g = 0; g < ng; g++) {
                 uint32_t b = (g0 + g) / 2;
-                ks_vf sc = ks_bf(&ks_e8m0[s0[b]].f, &ks_e8m0[s1[b]].f);
-                KS_FN(dec_q8)(p0 + 16 * (g0 + g), p1 + 16 * (g0 + g), sc, &m->pan[k][g][0],
-                              &m->pan[k][g][1]);
+                ks_vf sc = ks_bf(&ks_e8m0[s0[b]].f, &ks_e8m0[s1[b]].f), lo, hi;
+                KS_FN(dec_q8)(p0 + 16 * (g0 + g), p1 + 16 * (g0 + g), sc, &lo, &hi);  /* 0-7, 8-15 */
+                m->pan[0][g][k] = ks_shuf_even(lo, hi);                         /* 0,2,8,10,4,6,12,14 */
+                m->pan[1][g][k] = ks_shuf_odd(lo, hi);                          /* 1,3,9,11,5,7,13,15 */
             }
             continue;
         }
@@ -481,58 +478,97 @@ static void KS_FN(mm_decode)(KS_FN(mm) *m, const k3_mat *W, int v0, uint32_t g0,
         int exact = !ks_scales_fast(s0 + g0 / 2, ng / 2) || !ks_scales_fast(s1 + g0 / 2, ng / 2);
         for (uint32_t g = 0; g < ng; g += 2) {                  /* g0, ng even: whole blocks */
             uint32_t b = (g0 + g) / 2;
-            if (exact) KS_FN(dec_mx)(q0 + 16 * b, q1 + 16 * b, s0[b], s1[b], 1, &m->pan[k][g][0]);
-            else KS_FN(dec_mx)(q0 + 16 * b, q1 + 16 * b, s0[b], s1[b], 0, &m->pan[k][g][0]);
+            ks_vf w[4];                                         /* E g, O g, E g+1, O g+1 */
+            if (exact) KS_FN(dec_mx)(q0 + 16 * b, q1 + 16 * b, s0[b], s1[b], 1, w);
+            else KS_FN(dec_mx)(q0 + 16 * b, q1 + 16 * b, s0[b], s1[b], 0, w);
+            m->pan[0][g][k] = w[0];
+            m->pan[1][g][k] = w[1];
+            m->pan[0][g + 1][k] = w[2];
+            m->pan[1][g + 1][k] = w[3];
         }
     }
 }
 
-/* Row vectors v, v+1 (panel row vectors k, k+1) x TT tokens t0.. of the packed
- * x over the panel's 16-groups [0, ng); first: the sums start from zero. */
-KS_INLINE void KS_FN(mm_tile)(KS_FN(mm) *m, int k, int v, uint32_t t0, int TT, uint32_t ng,
-                              int first)
+/* The register tile: panel row vectors [k0, k0+KS_MR) (block row vectors
+ * v0 + k) x TT tokens from t0, slot halves [h0, h0+H), over the panel's
+ * 16-groups [0, ng); xb is the packed x of token t0 at the panel's first
+ * group, xs floats from one token to the next; first: the sums start from
+ * zero. TT * H is at most KS_TT: one pass over both halves only where a single
+ * token is left, so that there are always 8 or more independent FMA chains. */
+KS_INLINE void KS_FN(mm_tile)(KS_FN(mm) *m, int k0, int v0, uint32_t t0, const float *xb, size_t xs,
+                              int TT, int H, int h0, uint32_t ng, int first)
 {
-    ks_vf a[2][KS_TT][2];
-    for (int i = 0; i < 2; i++)
-        for (int t = 0; t < TT; t++)
-            for (int h = 0; h < 2; h++) a[i][t][h] = first ? ks_zero() : m->acc[v + i][t0 + t][h];
+    ks_vf a[KS_MR][KS_TT];                                      /* [row vector][token x half] */
+    for (int i = 0; i < KS_MR; i++)
+        for (int h = 0; h < H; h++)
+            for (int t = 0; t < TT; t++)
+                a[i][h * TT + t] = first ? ks_zero() : m->acc[v0 + k0 + i][t0 + t][h0 + h];
     for (uint32_t g = 0; g < ng; g++) {
-        for (int h = 0; h < 2; h++) {                           /* E, then O */
-            ks_vf w0 = m->pan[k][g][h], w1 = m->pan[k + 1][g][h];
+        for (int h = 0; h < H; h++) {
+            ks_vf xv[KS_TT];
             for (int t = 0; t < TT; t++) {
-                ks_vf xv = ks_ldx8(&m->xp[t0 + t][16 * g + 8 * h]);
-                ks_reg(xv);                 /* one load for both rows, not one each */
-                a[0][t][h] = ks_fma(w0, xv, a[0][t][h]);
-                a[1][t][h] = ks_fma(w1, xv, a[1][t][h]);
+                xv[t] = ks_ldx8(xb + (size_t)t * xs + 16 * g + 8 * (h0 + h));
+                ks_reg(xv[t]);              /* one load per token, not one per FMA */
+            }
+            for (int i = 0; i < KS_MR; i++) {
+                ks_vf w = m->pan[h0 + h][g][k0 + i];
+                ks_reg(w);                  /* and one per row vector */
+                for (int t = 0; t < TT; t++) a[i][h * TT + t] = ks_fma(w, xv[t], a[i][h * TT + t]);
             }
         }
     }
-    for (int i = 0; i < 2; i++)
-        for (int t = 0; t < TT; t++)
-            for (int h = 0; h < 2; h++) m->acc[v + i][t0 + t][h] = a[i][t][h];
+    for (int i = 0; i < KS_MR; i++)
+        for (int h = 0; h < H; h++)
+            for (int t = 0; t < TT; t++) m->acc[v0 + k0 + i][t0 + t][h0 + h] = a[i][h * TT + t];
 }
 
-/* All tiles of row vectors [v0, v0+KS_RP) and the tc tokens of the chunk. */
-KS_INLINE void KS_FN(mm_tiles)(KS_FN(mm) *m, int v0, uint32_t tc, uint32_t ng, int first)
+/* The tile shapes, each its own function so that nothing else competes for
+ * the registers: TT tokens x H halves. */
+#define KS_TILE_FN(NAME, TT, H) \
+    static __attribute__((noinline)) void KS_FN(NAME)(KS_FN(mm) *m, int k0, int v0, uint32_t t0, \
+                                                      const float *xb, size_t xs, int h0, uint32_t ng, \
+                                                      int first) \
+    { KS_FN(mm_tile)(m, k0, v0, t0, xb, xs, TT, H, h0, ng, first); }
+KS_TILE_FN(mm_tile_full, KS_TT, 1)
+#if KS_TT > 4
+KS_TILE_FN(mm_tile_4, 4, 1)
+#endif
+KS_TILE_FN(mm_tile_2, 2, 1)
+KS_TILE_FN(mm_tile_1, 1, 2)
+#undef KS_TILE_FN
+
+/* All tiles of the panel (row vectors [v0, v0+KS_RP)) and the tc tokens of the
+ * chunk (x as in mm_tile, for token 0): each token tile's x stays in L1 while
+ * it meets every row tile of the panel. */
+static void KS_FN(mm_tiles)(KS_FN(mm) *m, int v0, const float *xb, size_t xs, uint32_t tc, uint32_t ng,
+                            int first)
 {
     for (uint32_t t = 0, tt; t < tc; t += tt) {
-        /* tiles of 3 tokens; 4 left go as 2 + 2 (a 1-token tile is latency-bound) */
-        tt = tc - t == 4 ? 2 : tc - t < KS_TT ? tc - t : KS_TT;
-        for (int k = 0; k < KS_RP; k += 2) {
-            if (tt == KS_TT) KS_FN(mm_tile)(m, k, v0 + k, t, KS_TT, ng, first);
-            else if (tt == 2) KS_FN(mm_tile)(m, k, v0 + k, t, 2, ng, first);
-            else KS_FN(mm_tile)(m, k, v0 + k, t, 1, ng, first);
+        uint32_t rem = tc - t;
+        const float *xt = xb + (size_t)t * xs;
+        tt = rem >= KS_TT ? KS_TT : KS_TT > 4 && rem >= 4 ? 4 : rem >= 2 ? 2 : 1;
+        for (int k0 = 0; k0 < KS_RP; k0 += KS_MR) {
+            if (tt == KS_TT)
+                for (int h = 0; h < 2; h++) KS_FN(mm_tile_full)(m, k0, v0, t, xt, xs, h, ng, first);
+#if KS_TT > 4
+            else if (tt == 4)
+                for (int h = 0; h < 2; h++) KS_FN(mm_tile_4)(m, k0, v0, t, xt, xs, h, ng, first);
+#endif
+            else if (tt == 2)
+                for (int h = 0; h < 2; h++) KS_FN(mm_tile_2)(m, k0, v0, t, xt, xs, h, ng, first);
+            else KS_FN(mm_tile_1)(m, k0, v0, t, xt, xs, 0, ng, first);
         }
     }
 }
 
-/* Rows [r0, r1), tokens [0, T), T >= 2. */
-static void KS_FN(mmul)(const k3_mat *W, const float *x, size_t ldx, uint32_t T, float *y,
-                        size_t ldy, uint32_t r0, uint32_t r1)
+/* Rows [r0, r1), tokens [0, T), T >= 2; xp: x packed by the caller ([T][cols/16*16],
+ * ks_pack_x), or NULL. */
+static void KS_FN(mmul)(const k3_mat *W, const float *x, size_t ldx, const float *xp, uint32_t T,
+                        float *y, size_t ldy, uint32_t r0, uint32_t r1)
 {
     KS_FN(mm) m;
     const uint32_t cols = W->cols, ng = cols / 16;
-    const int bf16 = W->enc == K3_ENC_BF16, lay = ks_layout(W->enc);
+    const int mx = W->enc == K3_ENC_MXFP4;
     for (uint32_t r = r0; r < r1; r += KS_SB) {
         uint32_t n = r1 - r < KS_SB ? r1 - r : KS_SB;
         int nv = (int)((n + KS_RP * KS_NR - 1) / (KS_RP * KS_NR)) * KS_RP;  /* row vectors */
@@ -550,11 +586,15 @@ static void KS_FN(mmul)(const k3_mat *W, const float *x, size_t ldx, uint32_t T,
                 uint32_t gn = ng - g0 < KS_KC / 16 ? ng - g0 : KS_KC / 16;
                 uint32_t gnext = g0 + gn, nnext = ng - gnext < KS_KC / 16 ? ng - gnext : KS_KC / 16;
                 int first = g0 == 0;
-                for (uint32_t t = 0; t < tc; t++) ks_pack_x(m.xp[t], xt[t] + 16 * g0, gn, lay);
+                const float *xb = xp ? xp + (size_t)tc0 * ng * 16 + 16 * g0 : &m.xp[0][0];
+                size_t xs = xp ? (size_t)ng * 16 : KS_KC;
+                if (!xp)
+                    for (uint32_t t = 0; t < tc; t++) ks_pack_x(m.xp[t], xt[t] + 16 * g0, gn);
                 for (int v0 = 0; v0 < nv; v0 += KS_RP) {
-                    KS_FN(mm_prefetch)(&m, W, v0, gnext, nnext);    /* for the next chunk */
+                    if (v0 + KS_RP < nv) KS_FN(mm_prefetch)(&m, W, v0 + KS_RP, g0, gn);  /* the next panel */
+                    else if (nnext) KS_FN(mm_prefetch)(&m, W, 0, gnext, nnext);      /* the next chunk's */
                     KS_FN(mm_decode)(&m, W, v0, g0, gn);
-                    KS_FN(mm_tiles)(&m, v0, tc, gn, first);
+                    KS_FN(mm_tiles)(&m, v0, xb, xs, tc, gn, first);
                 }
                 g0 += KS_KC / 16;
             } while (g0 < ng);
@@ -564,18 +604,22 @@ static void KS_FN(mmul)(const k3_mat *W, const float *x, size_t ldx, uint32_t T,
                     ks_halves(m.acc[v][t][0], e[0], e[1]);
                     ks_halves(m.acc[v][t][1], o[0], o[1]);
                     for (int h = 0; h < KS_NR; h++) {
-                        for (int j = 0; j < 8; j++) {
-                            lanes[ks_slot(lay, 0, j)] = e[h][j];
-                            lanes[ks_slot(lay, 1, j)] = o[h][j];
+                        float *yo = &y[(size_t)(tc0 + t) * ldy + m.row[v][h]];
+                        if (cols % 16 == 0) {
+                            *yo = ks_reduce_eo(_mm256_loadu_ps(e[h]), _mm256_loadu_ps(o[h]));
+                            continue;
                         }
-                        if (bf16)
-                            ks_tail_bf16((const uint16_t *)W->data + (size_t)m.row[v][h] * cols,
-                                         xt[t], ng * 16, cols, lanes);
-                        y[(size_t)(tc0 + t) * ldy + m.row[v][h]] = ks_reduce16(lanes);
+                        for (int j = 0; j < 8; j++) {                   /* a BF16 row's tail */
+                            lanes[ks_lane_e[j]] = e[h][j];
+                            lanes[ks_lane_o[j]] = o[h][j];
+                        }
+                        ks_tail_bf16((const uint16_t *)W->data + (size_t)m.row[v][h] * cols, xt[t],
+                                     ng * 16, cols, lanes);
+                        *yo = ks_reduce16(lanes);
                     }
                 }
             }
-            if (lay == KS_LAY_MX)                /* as in mv: a zero result may be a -0 */
+            if (mx)                              /* as in mv: a zero result may be a -0 */
                 for (uint32_t t = 0; t < tc; t++) {
                     float *yt = y + (size_t)(tc0 + t) * ldy;
                     for (uint32_t i = 0; i < n; i++) {
@@ -589,10 +633,10 @@ static void KS_FN(mmul)(const k3_mat *W, const float *x, size_t ldx, uint32_t T,
 }
 
 /* The entry point: rows [r0, r1) of y = W x for T tokens. */
-static void KS_FN(rows)(const k3_mat *W, const float *x, size_t ldx, uint32_t T, float *y,
-                        size_t ldy, uint32_t r0, uint32_t r1)
+static void KS_FN(rows)(const k3_mat *W, const float *x, size_t ldx, const float *xp, uint32_t T,
+                        float *y, size_t ldy, uint32_t r0, uint32_t r1)
 {
     if (r0 >= r1 || T == 0) return;
     if (T == 1) KS_FN(mv)(W, x, y, r0, r1);
-    else KS_FN(mmul)(W, x, ldx, T, y, ldy, r0, r1);
+    else KS_FN(mmul)(W, x, ldx, xp, T, y, ldy, r0, r1);
 }

@@ -10,6 +10,7 @@
  * millions of inputs and on every branch's edges.
  */
 #include <immintrin.h>
+#include <math.h>
 #include <stddef.h>
 
 #include "k3_math.h"
@@ -49,13 +50,18 @@ static inline __m256d v_tanh(__m256d x)
     __m256d small = _mm256_cmp_pd(a, _mm256_set1_pd(0.5), _CMP_LT_OQ);
     __m256d e = v_exp(_mm256_blendv_pd(_mm256_mul_pd(_mm256_set1_pd(-2.0), a),
                                        _mm256_mul_pd(_mm256_set1_pd(2.0), a), small));
-    __m256d rs = _mm256_div_pd(_mm256_sub_pd(e, one), _mm256_add_pd(e, one));   /* em1 / (e + 1) */
-    __m256d rb = _mm256_div_pd(_mm256_sub_pd(one, e), _mm256_add_pd(one, e));
-    __m256d r = _mm256_blendv_pd(rb, rs, small);
+    /* small: (e - 1) / (e + 1); else (1 - e) / (1 + e), which is exactly its negation (1 - e =
+       -(e - 1) and 1 + e = e + 1 exactly, and a rounded quotient is odd in its numerator): one
+       division for both */
+    __m256d rs = _mm256_div_pd(_mm256_sub_pd(e, one), _mm256_add_pd(e, one));
+    __m256d r = _mm256_blendv_pd(_mm256_xor_pd(rs, sign), rs, small);
     r = _mm256_blendv_pd(r, _mm256_xor_pd(r, sign), _mm256_cmp_pd(x, _mm256_setzero_pd(), _CMP_LT_OQ));
-    __m256d x2 = _mm256_mul_pd(a, a);
-    __m256d tiny = _mm256_mul_pd(x, _mm256_sub_pd(one, _mm256_div_pd(x2, _mm256_set1_pd(3.0))));
-    r = _mm256_blendv_pd(r, tiny, _mm256_cmp_pd(a, _mm256_set1_pd(1e-4), _CMP_LT_OQ));
+    __m256d is_tiny = _mm256_cmp_pd(a, _mm256_set1_pd(1e-4), _CMP_LT_OQ);
+    if (_mm256_movemask_pd(is_tiny)) {              /* the series' division only where it is used */
+        __m256d x2 = _mm256_mul_pd(a, a);
+        __m256d tiny = _mm256_mul_pd(x, _mm256_sub_pd(one, _mm256_div_pd(x2, _mm256_set1_pd(3.0))));
+        r = _mm256_blendv_pd(r, tiny, is_tiny);
+    }
     __m256d pm1 = _mm256_blendv_pd(_mm256_set1_pd(-1.0), one, _mm256_cmp_pd(x, _mm256_setzero_pd(), _CMP_GT_OQ));
     r = _mm256_blendv_pd(r, pm1, _mm256_cmp_pd(a, _mm256_set1_pd(20.0), _CMP_GT_OQ));
     return _mm256_blendv_pd(r, x, _mm256_cmp_pd(x, x, _CMP_UNORD_Q));
@@ -67,13 +73,28 @@ static inline __m256d v_sig_den(__m256d xd)
     return _mm256_add_pd(_mm256_set1_pd(1.0), v_exp(_mm256_xor_pd(xd, _mm256_set1_pd(-0.0))));
 }
 
+/* x / d, as a multiplication by 1 / d where d is a power of two (then both are the correctly
+   rounded x 2^-k, the same bits) */
+static inline __m256d v_div_by(__m256d x, __m256d d, __m256d inv, int pow2)
+{
+    return pow2 ? _mm256_mul_pd(x, inv) : _mm256_div_pd(x, d);
+}
+
+static int is_pow2(double d)
+{
+    int e;
+    return d > 0 && isfinite(d) && frexp(d, &e) == 0.5 && e > -1020 && e < 1020;
+}
+
 void k3_situ_avx2(float *g, const float *u, size_t n, float b, float bl)
 {
     const __m256d bd = _mm256_set1_pd((double)b), bld = _mm256_set1_pd((double)bl);
+    const int b2 = is_pow2(b);
+    const __m256d binv = _mm256_set1_pd(b2 ? 1.0 / (double)b : 0.0);
     size_t i = 0;
     for (; i + 4 <= n; i += 4) {
         __m256d gd = _mm256_cvtps_pd(_mm_loadu_ps(g + i)), ud = _mm256_cvtps_pd(_mm_loadu_ps(u + i));
-        __m256d left = _mm256_div_pd(_mm256_mul_pd(bd, v_tanh(_mm256_div_pd(gd, bd))), v_sig_den(gd));
+        __m256d left = _mm256_div_pd(_mm256_mul_pd(bd, v_tanh(v_div_by(gd, bd, binv, b2))), v_sig_den(gd));
         __m256d right = _mm256_mul_pd(bld, v_tanh(_mm256_div_pd(ud, bld)));
         _mm_storeu_ps(g + i, _mm256_cvtpd_ps(_mm256_mul_pd(left, right)));
     }

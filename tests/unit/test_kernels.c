@@ -160,8 +160,8 @@ static float ref_dot(const float *w, const float *x, uint32_t n)
 static int same_bits(float a, float b) { return f2u(a) == f2u(b) || (isnan(a) && isnan(b)); }
 
 /* ---- one case: W [rows, cols], T tokens ---- */
-typedef void (*rows_fn)(const k3_mat *, const float *, size_t, uint32_t, float *, size_t,
-                        uint32_t, uint32_t);
+typedef void (*rows_fn)(const k3_mat *, const float *, size_t, const float *, uint32_t, float *,
+                        size_t, uint32_t, uint32_t);
 
 static const char *kind_name[4] = { "random", "extreme", "tiny", "negative zero" };
 
@@ -199,7 +199,7 @@ static void run_case(int enc, uint32_t rows, uint32_t cols, uint32_t T, int kind
     if (kind == 1 && T > 2) for (uint32_t i = 0; i < cols; i++) x[ldx + i] = 0.0f;         /* a zero token */
     for (size_t i = 0; i < T * ldy; i++) want[i] = got[i] = 1234.5f;                     /* padding */
 
-    k3_kern_rows_scalar(&t.m, x, ldx, T, want, ldy, 0, rows);
+    k3_kern_rows_scalar(&t.m, x, ldx, NULL, T, want, ldy, 0, rows);
 
     /* scalar against the independent reference and a double-precision dot */
     float *w = malloc((size_t)cols * 4 + 4);
@@ -240,15 +240,25 @@ static void run_case(int enc, uint32_t rows, uint32_t cols, uint32_t T, int kind
         if (!paths[p].ok) continue;
         isa_checked[p] = 1;
         for (size_t i = 0; i < T * ldy; i++) got[i] = 1234.5f;
-        paths[p].fn(&t.m, x, ldx, T, got, ldy, 0, rows);
+        paths[p].fn(&t.m, x, ldx, NULL, T, got, ldy, 0, rows);
         compare(paths[p].name, &t, T, kind, got, want, ldy);
         for (uint32_t tt = 0; tt < T; tt++)
             for (size_t i = rows; i < ldy; i++) CHECK(got[tt * ldy + i] == 1234.5f);
+        /* x packed once by the caller (k3_xpack), as the engine does for a batch */
+        if (T >= 2 && cols >= 16) {
+            float *xp = malloc((size_t)T * k3_xpack_cols(cols) * 4 + 4);    /* [T][cols/16*16] */
+            REQUIRE(xp);
+            CHECK(k3_xpack(K3_ISA_AVX2, x, ldx, T, cols, xp) == 1);
+            for (size_t i = 0; i < T * ldy; i++) got[i] = 1234.5f;
+            paths[p].fn(&t.m, x, ldx, xp, T, got, ldy, 0, rows);
+            compare(paths[p].name, &t, T, kind, got, want, ldy);
+            free(xp);
+        }
         /* a sub-range of rows writes only those rows */
         if (rows > 2) {
             uint32_t r0 = 1, r1 = rows - 1;
             for (size_t i = 0; i < T * ldy; i++) got[i] = 1234.5f;
-            paths[p].fn(&t.m, x, ldx, T, got, ldy, r0, r1);
+            paths[p].fn(&t.m, x, ldx, NULL, T, got, ldy, r0, r1);
             size_t wrong = 0;
             for (uint32_t tt = 0; tt < T; tt++)
                 for (uint32_t r = 0; r < ldy; r++) {
@@ -289,14 +299,14 @@ static void run_exhaustive(int enc)
             float *x = malloc(T * ldx * 4), *want = malloc(T * ldy * 4), *got = malloc(T * ldy * 4);
             REQUIRE(x && want && got);
             for (size_t i = 0; i < T * ldx; i++) x[i] = mode < 4 ? rnd_x(mode) : (i % ldx == i / ldx);
-            k3_kern_rows_scalar(&t.m, x, ldx, T, want, ldy, 0, rows);
+            k3_kern_rows_scalar(&t.m, x, ldx, NULL, T, want, ldy, 0, rows);
             for (int p = 0; p < 3; p++) {
                 if (!ok[p]) continue;
                 if (mode == 5)
                     for (uint32_t tt = 0; tt < T; tt++)
-                        fns[p](&t.m, x + tt * ldx, ldx, 1, got + tt * ldy, ldy, 0, rows);
+                        fns[p](&t.m, x + tt * ldx, ldx, NULL, 1, got + tt * ldy, ldy, 0, rows);
                 else
-                    fns[p](&t.m, x, ldx, T, got, ldy, 0, rows);
+                    fns[p](&t.m, x, ldx, NULL, T, got, ldy, 0, rows);
                 compare(names[p], &t, T, mode < 4 ? mode : 0, got, want, ldy);
             }
             free(x); free(want); free(got);
@@ -314,17 +324,17 @@ static void run_negative_zero(void)
         for (uint32_t i = 0; i < 3 * cols; i++) d[i] = 0x0080;      /* 2^-126 */
         for (uint32_t i = 0; i < cols; i++) x[i] = -0x1p-30f;       /* products -2^-156 -> -0 */
         float want[3], got[3];
-        k3_kern_rows_scalar(&t.m, x, cols, 1, want, 3, 0, 3);
+        k3_kern_rows_scalar(&t.m, x, cols, NULL, 1, want, 3, 0, 3);
         /* with fewer than 16 columns some lanes stay +0, and +0 + -0 = +0 */
         CHECK_MSG(f2u(want[0]) == (cols >= 16 ? 0x80000000u : 0), "cols %u: scalar gives %a", cols, want[0]);
         if (k3_isa_supported(K3_ISA_AVX2)) {
-            k3_kern_rows_avx2(&t.m, x, cols, 1, got, 3, 0, 3);
+            k3_kern_rows_avx2(&t.m, x, cols, NULL, 1, got, 3, 0, 3);
             CHECK_F32_BITS(got[0], want[0]);
-            k3_kern_rows_avx2x2(&t.m, x, cols, 1, got, 3, 0, 3);
+            k3_kern_rows_avx2x2(&t.m, x, cols, NULL, 1, got, 3, 0, 3);
             CHECK_F32_BITS(got[2], want[2]);
         }
         if (k3_isa_supported(K3_ISA_AVX512)) {
-            k3_kern_rows_avx512(&t.m, x, cols, 1, got, 3, 0, 3);
+            k3_kern_rows_avx512(&t.m, x, cols, NULL, 1, got, 3, 0, 3);
             CHECK_F32_BITS(got[1], want[1]);
         }
         free_mat(&t);
@@ -338,14 +348,14 @@ static void run_negative_zero(void)
     float x[3 * 64], want[3 * 5], got[3 * 5];
     for (int i = 0; i < 3 * 64; i++) x[i] = 0x1p-40f;             /* -0.5*2^-125*2^-40 -> -0 */
     for (uint32_t T = 1; T <= 3; T += 2) {                        /* matrix-vector and -matrix */
-        k3_kern_rows_scalar(&t.m, x, 64, T, want, 5, 0, 5);
+        k3_kern_rows_scalar(&t.m, x, 64, NULL, T, want, 5, 0, 5);
         CHECK_MSG(f2u(want[0]) == 0x80000000u, "mxfp4 -0 case: scalar gives %a", want[0]);
         rows_fn fns[3] = { k3_kern_rows_avx2, k3_kern_rows_avx2x2, k3_kern_rows_avx512 };
         int ok[3] = { k3_isa_supported(K3_ISA_AVX2), k3_isa_supported(K3_ISA_AVX2),
                       k3_isa_supported(K3_ISA_AVX512) };
         for (int p = 0; p < 3; p++) {
             if (!ok[p]) continue;
-            fns[p](&t.m, x, 64, T, got, 5, 0, 5);
+            fns[p](&t.m, x, 64, NULL, T, got, 5, 0, 5);
             for (uint32_t r = 0; r < 5 * T; r++) CHECK_F32_BITS(got[r], want[r]);
         }
     }
