@@ -70,6 +70,7 @@ void k3_dec_fed(k3_decoder *dc, uint32_t n)
 {
     dc->n = n;
     dc->st = K3_DEC_READY;
+    dc->has_next = 0;
 }
 
 uint32_t k3_dec_pos(const k3_decoder *dc) { return dc->st == K3_DEC_READY ? dc->n : dc->n - 1; }
@@ -101,13 +102,22 @@ static k3_err start_pass(k3_decoder *dc, uint32_t want, k3_diag *d)
     if (kmax > room - 1) kmax = room - 1;
     if (kmax > (want ? want - 1 : 0)) kmax = want ? want - 1 : 0;
     uint32_t K = 0, match = 0;
-    if (kmax) {
-        if (dc->oracle) K = oracle_draft(dc, kmax, dc->batch + 1), match = 1;
-        else K = k3_draft_lookup(dc->hist, dc->n, 1, K3_DRAFT_NGRAM_MAX, kmax, dc->batch + 1, &match);
-        if (K) {
+    dc->has_next = 0;
+    if (dc->max_draft) {                             /* looked up even where nothing can be drafted (kmax 0) */
+        int32_t prop[K3_DRAFT_MAX + 1];              /* [kmax + 1] the proposal: the drafts, then the token after */
+        uint32_t L;
+        if (dc->oracle) L = oracle_draft(dc, kmax + 1, prop), match = 1;
+        else L = k3_draft_lookup(dc->hist, dc->n, 1, K3_DRAFT_NGRAM_MAX, kmax + 1, prop, &match);
+        if (L) {
             dc->cls = match - 1;
+            K = L < kmax ? L : kmax;
             if (!dc->test) K = draft_len(dc, dc->cls, K);
-            if (dc->test == 2 && dc->stats.verify_passes % (K + 1) < K) {
+            if (L > K) {                             /* not drafted: compared with the token after the drafts */
+                dc->next = prop[K];
+                dc->has_next = 1;
+            }
+            memcpy(dc->batch + 1, prop, K * sizeof *prop);
+            if (K && dc->test == 2 && dc->stats.verify_passes % (K + 1) < K) {
                 int32_t *b = dc->batch + 1 + dc->stats.verify_passes % (K + 1);
                 *b = (int32_t)(((uint32_t)*b + 1) % k3_model_vocab(m));
             }
@@ -139,6 +149,11 @@ k3_err k3_dec_next(k3_decoder *dc, uint32_t want, int32_t *id, k3_diag *d)
     dc->hist[dc->n++] = y;
     dc->stats.tokens++;
     *id = y;
+    if (dc->has_next && (dc->st != K3_DEC_OPEN || dc->cur + 1 == dc->T)) {
+        dc->has_next = 0;                            /* the row after the drafts: y against the proposal's */
+        dc->learn->tested[dc->cls]++;                /* next token, a test that cost no pass */
+        if (y == dc->next) dc->learn->acc[dc->cls]++;
+    }
     if (dc->st == K3_DEC_OPEN) {
         uint32_t c = dc->cur;                        /* rows sampled before this one */
         int more = c + 1 < dc->T && y == dc->batch[c + 1];
@@ -165,11 +180,13 @@ k3_err k3_dec_settle(k3_decoder *dc, k3_diag *d)
     }
     else if (dc->st == K3_DEC_PENDING) e = k3_model_forward(dc->m, dc->hist + dc->n - 1, 1, d);
     dc->st = K3_DEC_READY;
+    dc->has_next = 0;
     return e;
 }
 
 k3_err k3_dec_finish(k3_decoder *dc, k3_diag *d)
 {
+    dc->has_next = 0;
     if (dc->st != K3_DEC_OPEN) return K3_OK;
     dc->st = K3_DEC_PENDING;                         /* the last returned token, batch[cur], unfed */
     dc->stats.kept[dc->cur - 1]++;

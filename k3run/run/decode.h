@@ -25,7 +25,11 @@
  * draft length K maximises the expected tokens per pass over the pass's
  * cost, E(K) / cost(1 + K). E(K) = 1 + a + a^2 + ... + a^K with a the
  * acceptance rate measured so far for drafts from matches of the same
- * length (Laplace's rule: (accepted + 1) / (tested + 2)); cost(T) / cost(1)
+ * length (Laplace's rule: (accepted + 1) / (tested + 2)), learnt from every
+ * lookup: each drafted token the pass reached, and the proposal's first
+ * token that was not drafted (at K = 0 its first), compared with the token
+ * the pass gave in its place, at no cost. So the rule learns where it does
+ * not draft: from a = 1/2 with rho > 1/2 it would never start. cost(T) / cost(1)
  * = 1 + (T - 1) rho, rho what a token adds to a pass over what a one-token
  * pass costs, from the plan's figures (k3_dec_rho: the bytes and compute a
  * token adds, its experts and its share of the arithmetic, over a pass's
@@ -59,7 +63,8 @@ typedef struct k3_dec_stats {
 /* What the draft-length rule has learnt; it outlives a decoder (a chat keeps it across turns). */
 typedef struct k3_dec_learn {
     double rho_plan;               /* rho from the plan (k3_dec_rho) */
-    uint64_t tested[K3_DRAFT_CLASSES], acc[K3_DRAFT_CLASSES];   /* drafted tokens verified / accepted */
+    uint64_t tested[K3_DRAFT_CLASSES], acc[K3_DRAFT_CLASSES];   /* proposed tokens tested / right: the
+                                      drafts verified, and the proposal's first token not drafted */
 } k3_dec_learn;
 
 typedef struct k3_decoder {
@@ -72,7 +77,9 @@ typedef struct k3_decoder {
     enum { K3_DEC_READY, K3_DEC_PENDING, K3_DEC_OPEN } st;
     /* an open verify pass: batch[0] the fed token, batch[1..T) the drafts; `cur` rows sampled */
     int32_t batch[K3_DRAFT_MAX + 1];
-    uint32_t T, cur, cls;
+    uint32_t T, cur, cls;          /* cls: the match class of the pass's lookup */
+    int32_t next;                  /* the proposal's token after the drafts (not fed), if has_next: */
+    int has_next;                  /* compared with the token the pass gives after them (decode.c) */
     int test;                      /* K3_DRAFT_TEST (decode.c): 1 full drafts, 2 spoiled ones */
     const int32_t *oracle;         /* [n_oracle] a test's drafts: the ids after the prompt */
     uint32_t n_oracle;

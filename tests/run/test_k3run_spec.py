@@ -7,7 +7,9 @@ the ids plain decoding wrote: all accepted) and the same with one drafted token 
 at offset 0, 1, 2, ... in turn (oracle-spoil:IDS), so a verify pass is rolled back at every
 offset of a draft. The counters
 (--json: passes, drafted, accepted, tokens_per_pass) show the drafts were verified and accepted.
-`k3run chat` answers the same with drafts on and off, over two turns with the prompt cache."""
+`k3run chat` answers the same with drafts on and off, over two turns with the prompt cache.
+The length rule learns acceptance from every lookup, drafted or not (issue 32), so it drafts on
+text that repeats itself with the demo model in memory, where a drafted token costs most of a pass."""
 
 import json
 import os
@@ -25,6 +27,8 @@ KJV_PROMPT = ("In the beginning God created the heaven and the earth. And the ea
               "and void; and darkness was upon the face of the deep. And God said, Let there be light: "
               "and there was light. In the beginning God created the heaven and the earth. And the earth")
 SAMPLING = ["--temp", "0.9", "--top-p", "0.95", "--seed", "11"]
+# the demo model's own loop: it goes on repeating this (issue 32's example)
+LOOP_PROMPT = "nor thy son, nor thy son, nor thy son, nor thy son,"
 
 
 def k3run(args, env=None, check=True):
@@ -112,11 +116,36 @@ class TestSpecKjv(Spec, unittest.TestCase):
     def test_long_drafts_accepted(self):
         """on a prompt the model continues by quoting it, drafts from the text itself of several
         tokens are accepted"""
-        for extra, env in (([], {"K3_DRAFT_TEST": "full"}),):   # (the rule follows timed passes:
-            d = self.run_json(["--draft", "8"] + extra, env=env)   # tests/bench/bench_spec.py measures it)
+        for extra, env in (([], {"K3_DRAFT_TEST": "full"}),):   # (the rule's own drafts: the test
+            d = self.run_json(["--draft", "8"] + extra, env=env)   # below, and tests/bench/bench_spec.py)
             self.assertGreater(d["accepted"], 8)
             self.assertGreater(d["tokens_per_pass"], 1.05)
             self.assertTrue(any(d["drafts_kept"][j] for j in range(2, 9)), d["drafts_kept"])
+
+    def test_rule_drafts_on_repeating_text(self):
+        """the length rule drafts at resident on text that repeats itself: a proposal it did not
+        draft is compared with the token that came, so acceptance is known before the first draft
+        (a rule that learnt only from its drafts started at a = 1/2, below rho, and never drafted:
+        48 tokens in 48 passes). Fewer passes than tokens, plain decoding's ids and text, greedy
+        and sampled (at 0.5 the loop breaks after a few repeats: a draft rolled back), 1 and 2 threads"""
+        for sampler in ([], ["--temp", "0.5", "--seed", "11"]):
+            for threads in ("1", "2"):
+                args = ["-m", self.pack, "-p", LOOP_PROMPT, "-n", "48", "--json", "-t", threads] + sampler
+                plain = json.loads(k3run(args + ["--draft", "0"]).stdout)
+                d = json.loads(k3run(args + ["--draft", "8"]).stdout)
+                with self.subTest(sampler=sampler, threads=threads):
+                    ids = plain["generated_ids"]
+                    self.assertEqual(len(ids), 48)
+                    self.assertEqual(d["generated_ids"], ids)
+                    self.assertEqual(d["text"], plain["text"])
+                    self.assertEqual(d["trunk_units_streamed"], 0)          # in memory
+                    self.assertEqual(d["draft_max"], 8)
+                    self.assertGreater(d["draft_rho"], 0.5)                 # a = 1/2 alone would not draft
+                    self.assertEqual(plain["passes"], 48)
+                    self.assertLess(d["passes"], 48)
+                    self.assertGreater(d["accepted"], 0)
+                    if not sampler:                                         # the loop to the end
+                        self.assertGreater(d["tokens_per_pass"], 1.5, d)
 
     def test_chat_same_answers(self):
         """k3run chat: two turns (the second from the prompt cache) answer the same with drafts
