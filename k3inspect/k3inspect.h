@@ -92,14 +92,14 @@ int k3i_summary_json(const k3i_ctx *x, FILE *f);
 struct k3_geometry;
 struct k3_plan;
 k3_err k3i_rank_plans(const k3_config *c, const struct k3_geometry *g, uint64_t budget, uint32_t context,
-                      uint32_t batch, uint32_t verify, int R, int first, int split, uint64_t min,
+                      uint32_t batch, uint32_t generate, uint32_t verify, int R, int first, int split, uint64_t min,
                       struct k3_geometry *gr, struct k3_plan *p, k3_diag *d);
 void k3i_rank_network(const k3_config *c, const struct k3_geometry *g, int R, int first, int split, uint64_t min,
                       double *sent, double *received, uint32_t *trips);
 int k3i_ranks_all_resident(const k3_config *c, const struct k3_geometry *g, uint64_t budget, uint32_t context,
-                           uint32_t batch, uint32_t verify, int first, int mode, uint64_t min);
+                           uint32_t batch, uint32_t generate, uint32_t verify, int first, int mode, uint64_t min);
 int k3i_split_fits(const k3_config *c, const struct k3_geometry *g, uint64_t budget, uint32_t context,
-                   uint32_t batch, uint32_t verify, int R, int first, uint64_t min);
+                   uint32_t batch, uint32_t generate, uint32_t verify, int R, int first, uint64_t min);
 
 void k3i_json_head(const k3i_ctx *x, FILE *f, const char *view);
 void k3i_json_warnings(const k3i_ctx *x, FILE *f);

@@ -35,17 +35,28 @@ void k3i_rank_network(const k3_config *c, const k3_geometry *g, int R, int first
 }
 
 /* Plans of rank 0 and of rank 1 (the others differ from rank 1 by at most one expert per layer
-   and, split, one block of rows per matrix). */
+   and, split, one block of rows per matrix). -b auto: each rank's choice, then, as k3run's ranks
+   agree on the smallest (load.c), both at the smaller of the two. */
 k3_err k3i_rank_plans(const k3_config *c, const k3_geometry *g, uint64_t budget, uint32_t context, uint32_t batch,
-                      uint32_t verify, int R, int first, int split, uint64_t min, k3_geometry *gr, k3_plan *p,
+                      uint32_t generate, uint32_t verify, int R, int first, int split, uint64_t min, k3_geometry *gr, k3_plan *p,
                       k3_diag *d)
 {
     for (int r = 0; r < 2 && r < R; r++) {
         k3_err e = K3_OK;
         if (split) e = k3_geometry_for_rank_split(g, r, R, first, min, &gr[r], d);
         else k3_geometry_for_rank(g, r, R, first, &gr[r]);
-        if (!e) e = k3_plan_with_snapshots(c, &gr[r], budget, context, batch, 0, 0, verify, &p[r], d);
+        if (!e) e = k3_plan_choose(c, &gr[r], budget, context, batch, 0, generate, 0, 0, verify, &p[r], d);
         if (e) return e;
+    }
+    if (batch == K3_BATCH_AUTO && R > 1 && p[0].batch != p[1].batch) {
+        int r = p[0].batch > p[1].batch ? 0 : 1;
+        uint32_t b = p[1 - r].batch, cap = p[r].batch_cap;
+        uint64_t floor = p[r].minimum;
+        k3_err e = k3_plan_choose(c, &gr[r], budget, context, b, 0, generate, 0, 0, verify, &p[r], d);
+        if (e) return e;
+        p[r].batch_auto = 1;
+        p[r].batch_cap = cap;
+        p[r].minimum = floor;
     }
     return K3_OK;
 }
@@ -53,14 +64,14 @@ k3_err k3i_rank_plans(const k3_config *c, const k3_geometry *g, uint64_t budget,
 /* 1 if every rank of R keeps its slices of the split trunk resident at this budget (k3run's
    K3_TRUNK=auto, when every rank has this budget). */
 int k3i_split_fits(const k3_config *c, const k3_geometry *g, uint64_t budget, uint32_t context, uint32_t batch,
-                   uint32_t verify, int R, int first, uint64_t min)
+                   uint32_t generate, uint32_t verify, int R, int first, uint64_t min)
 {
     static k3_geometry gr;
     static k3_plan p;
     for (int r = 0; r < R; r++) {
         k3_diag d;
         if (k3_geometry_for_rank_split(g, r, R, first, min, &gr, &d) ||
-            k3_plan_with_snapshots(c, &gr, budget, context, batch, 0, 0, verify, &p, &d) || p.n_streamed)
+            k3_plan_choose(c, &gr, budget, context, batch, 0, generate, 0, 0, verify, &p, &d) || p.n_streamed)
             return 0;
     }
     return 1;
@@ -71,7 +82,7 @@ int k3i_split_fits(const k3_config *c, const k3_geometry *g, uint64_t budget, ui
    where ranks 0 and 1 keep their slices resident, the others differing by a block of rows); 0 if
    none up to 4096. */
 int k3i_ranks_all_resident(const k3_config *c, const k3_geometry *g, uint64_t budget, uint32_t context,
-                           uint32_t batch, uint32_t verify, int first, int mode, uint64_t min)
+                           uint32_t batch, uint32_t generate, uint32_t verify, int first, int mode, uint64_t min)
 {
     static k3_geometry gr[2];
     static k3_plan p[2];
@@ -80,11 +91,12 @@ int k3i_ranks_all_resident(const k3_config *c, const k3_geometry *g, uint64_t bu
         if (R <= first) continue;
         int split = 0;
         if (R > 1 && mode != K3_TRUNK_RANK0) {
-            split = !k3i_rank_plans(c, g, budget, context, batch, verify, R, first, 1, min, gr, p, &d) &&
+            split = !k3i_rank_plans(c, g, budget, context, batch, generate, verify, R, first, 1, min, gr, p, &d) &&
                     !p[0].n_streamed && !p[1].n_streamed;
             if (!split && mode == K3_TRUNK_SPLIT) continue;           /* k3run would refuse */
         }
-        if (!split && k3i_rank_plans(c, g, budget, context, batch, verify, R, first, 0, min, gr, p, &d)) continue;
+        if (!split && k3i_rank_plans(c, g, budget, context, batch, generate, verify, R, first, 0, min, gr, p, &d))
+            continue;
         if (p[0].experts_all_resident && (R == 1 || p[1].experts_all_resident)) return R;
     }
     return 0;

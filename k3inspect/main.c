@@ -21,7 +21,7 @@
 enum {
     OPT_SUMMARY = K3_OPT_USER, OPT_JSON, OPT_FILTER, OPT_CONFIG, OPT_NO_CONFIG, OPT_SHARDS, OPT_PLAN, OPT_BUDGET,
     OPT_PRESET, OPT_CONTEXT, OPT_BATCH, OPT_DRAFT, OPT_RANKS, OPT_RANK0_EXPERTS,
-    OPT_TRUNK, OPT_SPLIT_MIN
+    OPT_TRUNK, OPT_SPLIT_MIN, OPT_FMA_PEAK, OPT_N
 };
 
 static const k3_opt opts[] = {
@@ -40,7 +40,12 @@ static const k3_opt opts[] = {
     {OPT_BUDGET, 'B', "budget", "SIZE", NULL, NULL, "--plan: the memory budget (8G, 512M, bytes)"},
     {OPT_PRESET, 0, "preset", "NAME", NULL, NULL, "--plan: a named budget: laptop (8G), workstation (128G), server (224G)"},
     {OPT_CONTEXT, 0, "context", "N", "4096", NULL, "--plan: positions the attention cache holds (as k3run -c)"},
-    {OPT_BATCH, 0, "batch", "N", "64", NULL, "--plan: prompt tokens per forward pass (as k3run -b)"},
+    {OPT_BATCH, 0, "batch", "auto|N", "auto", NULL,
+     "--plan: prompt tokens per forward pass (as k3run -b; auto: the planner chooses, at most the context)"},
+    {OPT_N, 'n', "n-predict", "N", "128", NULL,
+     "--plan: tokens generated after the prompt, which -b auto prices (as k3run -n; chat and serve: 1024)"},
+    {OPT_FMA_PEAK, 0, "fma-peak", "GFLOPS", "200", NULL,
+     "--plan: the fp32 FMA peak a prompt's compute is priced at (tests/bench/bench_kernels measures yours)"},
     {OPT_DRAFT, 0, "draft", "N", K3_DRAFT_DEFAULT_STR, NULL,
      "--plan: drafted tokens per verify pass (as k3run --draft; 0: no speculative decoding)"},
     {OPT_RANKS, 0, "ranks", "R", "1", NULL,
@@ -80,7 +85,10 @@ static const char purpose[] =
     "bytes but not in params.\n"
     "\n"
     "--plan prints the memory plan k3run would make: what is resident, what is\n"
-    "read from disk per token, and the I/O time that implies at 2, 7 and 14 GB/s.\n"
+    "read from disk per token, and the I/O time that implies at 2, 7 and 14 GB/s;\n"
+    "what a pass of prompt tokens reads, and the time to the first token of a\n"
+    "1,000-, 8,000- and 32,000-token prompt (reads at 2 and 7 GB/s, compute at\n"
+    "--fma-peak) at the batch asked for and at -b 64.\n"
     "SRC is a pack (its manifest) or a model's config.json (or a checkpoint\n"
     "directory holding one: k3pack's layout is assumed). A budget below the\n"
     "model's minimum exits 2 and states the minimum, as k3run does.";
@@ -107,19 +115,30 @@ static int plan_cmd(const k3_args *a, const char *src)
     for (int i = 0; i < 5; i++)
         if (k3_opt_count(a, other[i])) return k3_usage_error("--plan cannot be used with %s", other_name[i]);
     const char *bs = k3_opt_str(a, OPT_BUDGET), *ps = k3_opt_str(a, OPT_PRESET);
-    uint64_t budget = 0, context, batch, draft, ranks;
+    uint64_t budget = 0, context, draft, ranks, gen;
+    uint32_t batch = K3_BATCH_AUTO;
+    double fma = K3_FMA_PEAK_DEFAULT;
     k3_diag d = {0};
     if (!bs == !ps) return k3_usage_error("--plan needs a budget: --budget SIZE or --preset NAME (one of them)");
     if (ps && !(budget = k3_preset_budget(ps)))
         return k3_usage_error("--preset: unknown preset '%s' (laptop, workstation, server)", ps);
     if (bs && (k3_parse_size(bs, 1, &budget) || budget == 0))
         return k3_usage_error("--budget: '%s' is not a size (8G, 512M, 4096)", bs);
-    if (k3_opt_u64(a, OPT_CONTEXT, 4096, 0, &context, &d) || k3_opt_u64(a, OPT_BATCH, 64, 0, &batch, &d) ||
+    if (k3_opt_u64(a, OPT_CONTEXT, 4096, 0, &context, &d) || k3_opt_u64(a, OPT_N, 128, 0, &gen, &d) ||
         k3_opt_u64(a, OPT_DRAFT, K3_DRAFT_DEFAULT, 0, &draft, &d) || k3_opt_u64(a, OPT_RANKS, 1, 0, &ranks, &d))
         return k3_usage_error("%s", d.msg);
     if (context < 1 || context > (1u << 24)) return k3_usage_error("--context must be in 1..%u", 1u << 24);
-    if (batch < 1 || batch > 4096) return k3_usage_error("--batch must be in 1..4096");
+    const char *bts = k3_opt_str(a, OPT_BATCH), *fs = k3_opt_str(a, OPT_FMA_PEAK);
+    if (bts && k3_batch_parse(bts, &batch))
+        return k3_usage_error("--batch must be auto or in 1..%u (got '%s')", K3_BATCH_MAX, bts);
+    if (fs) {
+        char *end;
+        fma = strtod(fs, &end);
+        if (end == fs || *end || !(fma > 0) || fma > 1e9)
+            return k3_usage_error("--fma-peak: '%s' is not a rate in GFLOP/s (a number above 0, e.g. 200)", fs);
+    }
     if (draft > 16) return k3_usage_error("--draft must be in 0..16");
+    if (gen > (1u << 30)) return k3_usage_error("--n-predict must be in 0..%u", 1u << 30);
     if (ranks < 1 || ranks > 256) return k3_usage_error("--ranks must be in 1..256");
     const char *r0 = k3_opt_str(a, OPT_RANK0_EXPERTS);
     int first = 0;
@@ -165,18 +184,34 @@ static int plan_cmd(const k3_args *a, const char *src)
        each rank's share (rank 0: the trunk and its experts; the others: their experts only) */
     if (ranks > 1 && mode == K3_TRUNK_SPLIT) split = 1;
     if (ranks > 1 && mode == K3_TRUNK_AUTO)         /* as k3run decides: every rank's slices resident */
-        split = k3i_split_fits(&cfg, &geo, budget, (uint32_t)context, (uint32_t)batch, verify, (int)ranks, first,
+        split = k3i_split_fits(&cfg, &geo, budget, (uint32_t)context, batch, (uint32_t)gen, verify, (int)ranks, first,
                                split_min);
-    e = k3i_rank_plans(&cfg, &geo, budget, (uint32_t)context, (uint32_t)batch, verify, (int)ranks, first, split,
+    e = k3i_rank_plans(&cfg, &geo, budget, (uint32_t)context, batch, (uint32_t)gen, verify, (int)ranks, first, split,
                        split_min, rgeo, rplan, &d);
     if (e) return e == K3_ERR_USAGE ? k3_usage_error("%s", d.msg) : fail(e, &d);
     const k3_plan *pl = &rplan[0];
     const k3_geometry *pg = &rgeo[0];
     double sent = 0, recv = 0;
-    int all_at = ranks > 1 ? k3i_ranks_all_resident(&cfg, &geo, budget, (uint32_t)context, (uint32_t)batch, verify,
+    int all_at = ranks > 1 ? k3i_ranks_all_resident(&cfg, &geo, budget, (uint32_t)context, batch, (uint32_t)gen, verify,
                                                     first, mode, split_min) : 0;
     uint32_t trips = 0;                              /* exchanges per decoded token */
     if (ranks > 1) k3i_rank_network(&cfg, &geo, (int)ranks, first, split, split_min, &sent, &recv, &trips);
+    /* the time to first token of three prompts (one process): each planned as k3run plans for it, at
+       a context that holds it, at the batch asked for and at -b 64 */
+    static k3_ttft_row rows[K3_TTFT_N_PROMPTS];
+    for (int r = 0; r < K3_TTFT_N_PROMPTS && ranks == 1; r++) {
+        uint32_t P = k3_ttft_prompts[r], ctx = context > P ? (uint32_t)context : P;
+        rows[r].tokens = P;
+        rows[r].context = ctx;
+        for (int i = 0; i < 2; i++) {
+            k3_diag td;
+            e = k3_plan_choose(&cfg, &geo, budget, ctx, i ? 64 : batch, P, (uint32_t)gen, 0, 0, verify,
+                               &rows[r].plan[i], &td);
+            if (e && e != K3_ERR_USAGE) return fail(e, &td);
+            rows[r].fits[i] = !e;
+            if (!e) k3_prompt_cost_of(&cfg, &geo, &rows[r].plan[i], P, &rows[r].cost[i]);
+        }
+    }
 
     if (k3_opt_count(a, OPT_JSON)) {
         json_t *o = json_object(), *p = k3_plan_json(pl, pg);
@@ -207,6 +242,8 @@ static int plan_cmd(const k3_args *a, const char *src)
             json_object_set_new(o, "network_round_trips_per_token", json_integer(trips));
             json_object_set_new(o, "ranks_holding_every_expert", all_at ? json_integer(all_at) : json_null());
         }
+        json_t *tt = ranks == 1 ? k3_ttft_json(rows, K3_TTFT_N_PROMPTS, fma) : json_null();
+        json_object_set_new(o, "time_to_first_token", tt ? tt : json_null());
         json_dumpf(o, stdout, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
         printf("\n");
         json_decref(o);
@@ -219,6 +256,10 @@ static int plan_cmd(const k3_args *a, const char *src)
                    split ? "its slice of the trunk's split matrices and the rest of the trunk" : "the trunk",
                    first ? "no experts" : "its share of the experts");
         k3_plan_print(stdout, pl, pg);
+        if (ranks == 1) {
+            printf("\n");
+            k3_ttft_print(stdout, rows, K3_TTFT_N_PROMPTS, fma);
+        }
         if (ranks > 1) {
             printf("\nEach other rank (rank 1 shown; its share of the experts, %s), at this budget:\n",
                    split ? "its slice of the trunk's split matrices" : "no trunk");
@@ -246,7 +287,8 @@ int main(int argc, char **argv)
     if (k3_opt_count(&a, K3_OPT_HELP)) {
         k3_opts_help(stdout,
                      "k3inspect [OPTIONS] SRC\n"
-                     "       k3inspect --plan (--budget SIZE | --preset NAME) [--context N] [--batch N] [--draft N] [--json]"
+                     "       k3inspect --plan (--budget SIZE | --preset NAME) [--context N] [--batch auto|N] [--draft N]\n"
+                     "                 [-n N] [--fma-peak GFLOPS] [--ranks R] [--json]"
                      " PACK|config.json",
                      purpose, opts, N_OPTS, footer);
         return K3_EXIT_OK;
@@ -260,11 +302,12 @@ int main(int argc, char **argv)
                        : k3_usage_error("missing SRC (a checkpoint directory, a .safetensors file or a pack)");
     if (k3_opt_count(&a, OPT_PLAN)) return plan_cmd(&a, a.pos[0]);
     {
-        static const int need_plan[] = {OPT_BUDGET, OPT_PRESET, OPT_CONTEXT, OPT_BATCH, OPT_DRAFT, OPT_RANKS};
+        static const int need_plan[] = {OPT_BUDGET, OPT_PRESET, OPT_CONTEXT, OPT_BATCH, OPT_DRAFT, OPT_RANKS,
+                                        OPT_FMA_PEAK, OPT_N};
         /* --rank0-experts may come from K3_RANK0_EXPERTS, which k3run reads too: not refused alone */
         static const char *const need_plan_name[] = {"--budget", "--preset", "--context", "--batch", "--draft",
-                                                     "--ranks"};
-        for (int i = 0; i < 6; i++)
+                                                     "--ranks", "--fma-peak", "--n-predict"};
+        for (int i = 0; i < 8; i++)
             if (k3_opt_count(&a, need_plan[i])) return k3_usage_error("%s is for --plan", need_plan_name[i]);
     }
     if (k3_opt_count(&a, OPT_CONFIG) && k3_opt_count(&a, OPT_NO_CONFIG)) {

@@ -50,7 +50,9 @@ static const k3_opt opts[] = {
     {OPT_SEED, 's', "seed", "S", "0", NULL, "seed of the sampler's PRNG (PCG32): same seed, same text"},
     {OPT_THREADS, 't', "threads", "N", "all CPUs", "K3_THREADS", "compute threads"},
     {OPT_CONTEXT, 'c', "context", "N", "4096", NULL, "positions the attention cache holds (prompt + generated)"},
-    {OPT_BATCH, 'b', "batch", "N", "64", NULL, "prompt tokens per forward pass (each weight read once per batch)"},
+    {OPT_BATCH, 'b', "batch", "auto|N", "auto", NULL,
+     "prompt tokens per forward pass (each weight read once per batch); auto: the planner chooses the batch that "
+     "reads the least for this prompt and -n within the budget"},
     {OPT_BUDGET, 'B', "budget", "SIZE", "what the machine allows", "K3_BUDGET",
      "memory to use (8G, 512M, ...): the trunk, buffers and an expert cache of the rest"},
     {OPT_DRAFT, 0, "draft", "N", K3_DRAFT_DEFAULT_STR, NULL,
@@ -339,7 +341,7 @@ int main(int argc, char **argv)
     if ((rc = k3_cli_u32(&a, OPT_N, 128, 0, 1u << 30, "n-predict", &n_predict)) ||
         (rc = k3_cli_u32(&a, OPT_THREADS, ncpu > 0 ? (uint64_t)ncpu : 1, 1, 1024, "threads", &threads)) ||
         (rc = k3_cli_u32(&a, OPT_CONTEXT, 4096, 1, 1u << 24, "context", &context)) ||
-        (rc = k3_cli_u32(&a, OPT_BATCH, 64, 1, 4096, "batch", &batch)))
+        (rc = k3_cli_batch(&a, OPT_BATCH, &batch)))
         return rc;
     uint32_t draft;
     if ((rc = k3_cli_u32(&a, OPT_DRAFT, K3_DRAFT_DEFAULT, 0, K3_DRAFT_MAX, "draft", &draft))) return rc;

@@ -128,6 +128,16 @@ void k3_unit_add(k3_unit_acc *a, const char *name, int ndim, const uint64_t *sha
     if (k3_unit_span(pr * rb) > a->piece) a->piece = k3_unit_span(pr * rb);
 }
 
+/* The weights a trunk tensor holds (its elements; a Q8 matrix's NAME_scale holds none). */
+static uint64_t tensor_weights(const char *name, int ndim, const uint64_t *shape)
+{
+    size_t n = strlen(name), k = strlen("_scale");
+    if (n >= k && !strcmp(name + n - k, "_scale")) return 0;
+    uint64_t w = 1;
+    for (int i = 0; i < ndim; i++) w *= shape[i];
+    return w;
+}
+
 /* A unit's stream figures from its sums: read whole (at most a chunk), or in row pieces. */
 static void unit_finish(k3_geometry *g, uint32_t u, const k3_unit_acc *a)
 {
@@ -154,7 +164,10 @@ k3_err k3_geometry_from_manifest(const k3_manifest *m, const k3_config *c, k3_ge
     for (uint32_t i = 0; i < m->n_tensors; i++) {
         const k3_mf_tensor *t = &m->tensors[i];
         int u = k3_trunk_unit(t->name, c->num_hidden_layers);
-        if (u >= 0) k3_unit_add(&acc[u], t->name, t->ndim, t->shape, t->size, g->chunk);
+        if (u >= 0) {
+            k3_unit_add(&acc[u], t->name, t->ndim, t->shape, t->size, g->chunk);
+            g->trunk_weights += tensor_weights(t->name, t->ndim, t->shape);
+        }
         k3_geometry_add_mat(g, c, u, t->name, t->ndim, t->shape, t->size);
     }
     for (uint32_t u = 0; u <= c->num_hidden_layers; u++) unit_finish(g, u, &acc[u]);
@@ -187,7 +200,10 @@ k3_err k3_geometry_from_config(const k3_config *c, k3_geometry *g, k3_diag *d)
         const char *ex = strstr(t->name, ".experts.");
         if (!ex) {
             int u = k3_trunk_unit(t->name, c->num_hidden_layers);
-            if (u >= 0) k3_unit_add(&acc[u], t->name, t->rank, t->shape, t->nbytes, g->chunk);
+            if (u >= 0) {
+                k3_unit_add(&acc[u], t->name, t->rank, t->shape, t->nbytes, g->chunk);
+                g->trunk_weights += tensor_weights(t->name, t->rank, t->shape);
+            }
             k3_geometry_add_mat(g, c, u, t->name, t->rank, t->shape, t->nbytes);
             continue;
         }
@@ -218,6 +234,7 @@ void k3_geometry_for_rank(const k3_geometry *g, int rank, int ranks, int first, 
     if (rank == 0) return;
     for (uint32_t u = 0; u < g->n_units; u++) out->unit_bytes[u] = out->piece_bytes[u] = out->small_bytes[u] = 0;
     out->trunk_bytes = 0;
+    out->trunk_weights = 0;
     out->embed_row_bytes = 0;
 }
 
@@ -496,6 +513,147 @@ k3_err k3_plan_with_snapshots(const k3_config *c, const k3_geometry *g, uint64_t
     if (e == K3_ERR_USAGE && verify)                  /* speculation only changes the speed: never refuse for it */
         return k3_plan_with_snapshots(c, g, budget, context, batch, all_logits, snapshots, 0, p, d);
     return e;
+}
+
+int k3_batch_parse(const char *s, uint32_t *out)
+{
+    if (!strcmp(s, "auto")) { *out = K3_BATCH_AUTO; return 0; }
+    uint64_t v = 0;
+    const char *q = s;
+    while (*q >= '0' && *q <= '9' && v <= K3_BATCH_MAX) v = v * 10 + (uint64_t)(*q++ - '0');
+    if (q == s || *q || v < 1 || v > K3_BATCH_MAX) return -1;
+    *out = (uint32_t)v;
+    return 0;
+}
+
+/* What one more token of batch adds to the model's buffers at `batch` (model_shape.c: the [B]-sized
+   activations and scratch; nearly linear, but some scratch is the larger of a batch's and a decode
+   step's). */
+static uint64_t batch_token_bytes(const k3_config *c, uint32_t batch, uint32_t context, int all_logits,
+                                  uint32_t verify)
+{
+    k3_model_shape a, b;
+    k3_diag d;
+    if (k3_model_shape_from_config(c, batch, context, all_logits, verify, &a, &d) ||
+        k3_model_shape_from_config(c, batch + 1, context, all_logits, verify, &b, &d))
+        return 0;
+    return b.total - a.total;
+}
+
+/* Bytes a run reads under plan p: the prompt's passes, then `generate` tokens, each but the
+   first (the prompt's last pass gives its logits) a pass of its own. */
+static double run_bytes(const k3_geometry *g, const k3_plan *p, uint32_t prompt, uint32_t generate)
+{
+    k3_prompt_cost pc;
+    k3_prompt_cost_of(NULL, g, p, prompt, &pc);
+    return pc.read_bytes + (generate ? generate - 1 : 0) * p->disk_per_token;
+}
+
+k3_err k3_plan_choose(const k3_config *c, const k3_geometry *g, uint64_t budget, uint32_t context, uint32_t batch,
+                      uint32_t prompt, uint32_t generate, int all_logits, uint32_t snapshots, uint32_t verify,
+                      k3_plan *p, k3_diag *d)
+{
+    k3_err e;
+    if (batch != K3_BATCH_AUTO) {
+        e = k3_plan_with_snapshots(c, g, budget, context, batch, all_logits, snapshots, verify, p, d);
+        if (!e) p->batch_token_bytes = batch_token_bytes(c, batch, context, all_logits, p->verify_tokens);
+        return e;
+    }
+    /* the floor: one token per pass, no speculation (a refusal states this minimum) */
+    k3_plan one, base, best, trial;
+    if ((e = k3_plan_with_snapshots(c, g, budget, context, 1, all_logits, snapshots, 0, &one, d))) return e;
+    uint32_t lo = verify > 1 ? verify : 1;           /* a verify pass is at most a batch */
+    base = one;
+    if (lo > 1) {
+        k3_diag vd;
+        e = k3_plan_with_snapshots(c, g, budget, context, lo, all_logits, snapshots, verify, &base, &vd);
+        if (e == K3_ERR_USAGE) { base = one; lo = 1; }   /* no room for its batch: without speculation */
+        else if (e) return k3_fail(d, e, "%s", vd.msg);
+    }
+    uint32_t P = prompt && prompt < context ? prompt : context;   /* the prompt priced */
+    uint32_t cap = P < K3_BATCH_AUTO_MAX ? P : K3_BATCH_AUTO_MAX;
+    if (cap < lo) cap = lo;
+    /* the candidates, largest first: the batch of each number of passes n (ceil(P / n)) from the
+       fewest up to 16, then every 1.5 times more, down to the least batch, which ends the list.
+       The first of the fewest bytes wins: ties go to the larger batch (fewer passes, and the
+       kernels' better efficiency where nothing is read at all). */
+    uint32_t v = lo > 1 ? verify : 0, prev = 0, chosen = 0;
+    double best_bytes = 0;
+    for (uint64_t n = (P + cap - 1) / cap;; n = n < 16 ? n + 1 : n + n / 2) {
+        uint32_t B = (uint32_t)((P + n - 1) / n);
+        if (B <= lo) B = lo;
+        if (B == prev) continue;                     /* a batch of several pass counts: tried */
+        prev = B;
+        if (B == lo) trial = base;
+        else {
+            k3_diag td;
+            e = k3_plan_with_snapshots(c, g, budget, context, B, all_logits, snapshots, v, &trial, &td);
+            if (e == K3_ERR_USAGE) continue;         /* above the budget */
+            if (e) return k3_fail(d, e, "%s", td.msg);
+            if (trial.verify_tokens != base.verify_tokens) continue;   /* keeps the verify pass */
+            if (g->split && trial.n_streamed && !base.n_streamed) continue;   /* a split trunk stays resident */
+        }
+        double bytes = run_bytes(g, &trial, P, generate);
+        if (!chosen || bytes < best_bytes * (1 - 1e-12)) {
+            best = trial;
+            best_bytes = bytes;
+            chosen = B;
+        }
+        if (B == lo) break;
+    }
+    *p = best;
+    p->minimum = one.minimum;
+    p->batch_auto = 1;
+    p->batch_cap = cap;
+    p->batch_prompt = P;
+    p->batch_generate = generate;
+    p->batch_token_bytes = batch_token_bytes(c, chosen, context, all_logits, p->verify_tokens);
+    return K3_OK;
+}
+
+static double powi(double x, uint32_t n)
+{
+    double r = 1.0;
+    for (; n; n >>= 1, x *= x)
+        if (n & 1) r *= x;
+    return r;
+}
+
+void k3_prompt_cost_of(const k3_config *c, const k3_geometry *g, const k3_plan *p, uint32_t tokens,
+                       k3_prompt_cost *out)
+{
+    memset(out, 0, sizeof *out);
+    uint32_t B = p->batch ? p->batch : 1;
+    out->tokens = tokens;
+    out->batch = B;
+    out->passes = (tokens + B - 1) / B;
+    if (!tokens) return;
+    double per_layer = g->n_moe_layers ? (double)g->n_experts_total / g->n_moe_layers : 0;   /* E on this rank */
+    double pick = per_layer > 0 ? (double)g->top_k / (g->ranks > 1 ? g->ranks : 1) / per_layer : 0;
+    double miss = p->experts_all_resident || !g->n_experts_total ? 0.0
+                : 1.0 - (double)p->expert_slots / (double)g->n_experts_total;
+    if (pick > 1) pick = 1;
+    for (uint32_t i = 0; i < 2; i++) {               /* the full passes, then the last one */
+        uint32_t t = i == 0 ? B : tokens - (out->passes - 1) * B, n = i == 0 ? out->passes - 1 : 1;
+        double used = per_layer * (1.0 - powi(1.0 - pick, t));   /* experts a layer's t tokens use */
+        out->expert_reads += (double)n * g->n_moe_layers * used * miss;
+    }
+    out->trunk_bytes = (double)out->passes * (double)p->trunk_streamed;
+    out->expert_bytes = out->expert_reads * (double)g->expert_record;
+    out->embed_bytes = (double)tokens * (double)g->embed_row_bytes;
+    out->read_bytes = out->trunk_bytes + out->expert_bytes + out->embed_bytes;
+
+    k3_dims z;
+    k3_diag d;
+    if (!c || k3_model_dims(c, &z, &d)) return;     /* no config: the reads only */
+    double head = (double)z.V * z.D, P = tokens;
+    double body = (double)g->trunk_weights - head;  /* lm_head: one row per pass */
+    if (body < 0) body = 0;
+    double experts = (double)g->n_moe_layers * z.k * 3.0 * z.Ie * z.Dl;
+    double mla = (double)z.n_mla * z.Hm * (4.0 * z.R + 2.0 * z.dr) * P * (P + 1) / 2;   /* position i sees i + 1 */
+    double kda = (double)(z.L - z.n_mla) * 7.0 * z.H * z.K * z.K * P;
+    out->attention_flops = mla + kda;
+    out->flops = 2.0 * (body + experts) * P + 2.0 * head * out->passes + out->attention_flops;
 }
 
 static uint64_t read_u64_file(const char *path)

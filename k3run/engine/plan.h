@@ -128,6 +128,8 @@ typedef struct k3_geometry {
                                                  (at most a chunk), else its largest row piece */
     uint64_t small_bytes[K3_MAX_LAYERS + 1];  /* [n_units] its small part when read in row pieces, else 0 */
     uint64_t embed_row_bytes;    /* one embedding row */
+    uint64_t trunk_weights;      /* weights of the units' tensors (elements; a Q8 matrix's scales not counted):
+                                    what a token multiplies, the prompt's compute (k3_prompt_cost) */
     uint64_t expert_stride;      /* bytes of one expert slot (the largest record stride) */
     uint64_t expert_record;      /* bytes hashed per expert (the largest record size) */
     uint32_t n_moe_layers;       /* layers with routed experts */
@@ -154,7 +156,12 @@ k3_err k3_geometry_from_config(const k3_config *c, k3_geometry *g, k3_diag *d);
 
 typedef struct k3_plan {
     uint64_t budget;
-    uint32_t context, batch;
+    uint32_t context, batch;     /* batch: tokens per forward pass, as given or as chosen (-b auto) */
+    int batch_auto;              /* the planner chose the batch (K3_BATCH_AUTO) */
+    uint32_t batch_cap;          /* then the most it could choose: the prompt, the context, K3_BATCH_AUTO_MAX */
+    uint32_t batch_prompt, batch_generate;   /* and the run it priced: prompt tokens, tokens generated */
+    uint64_t batch_token_bytes;  /* what one more token of batch adds to the buffers (activations and the
+                                    scratch sized by the batch: model_shape.c), at this batch */
     uint64_t buffers;            /* the model's buffers (k3_model_shape_from_config) */
     uint64_t kda_state, mla_cache;   /* parts of buffers, for the report */
     uint64_t margin;
@@ -222,6 +229,60 @@ k3_err k3_plan_for(const k3_config *c, const k3_geometry *g, uint64_t budget, ui
 k3_err k3_plan_with_snapshots(const k3_config *c, const k3_geometry *g, uint64_t budget, uint32_t context,
                               uint32_t batch, int all_logits, uint32_t snapshots, uint32_t verify, k3_plan *p,
                               k3_diag *d);
+
+/*
+ * The prompt batch (docs/k3run.md "Prompt batch"). A pass of B prompt tokens reads every streamed
+ * unit once and each expert its tokens use once, so a prompt of P tokens reads the trunk
+ * ceil(P / B) times; the buffers of a pass grow with B (real K3: 1.3 MiB per token, seven 7168-float
+ * rows of the residual stream and the AttnRes blocks among them), and what they take is not
+ * there for the trunk and the expert cache while tokens are generated.
+ *
+ * -b auto (K3_BATCH_AUTO, the default of k3run, chat and serve): the B that reads the fewest bytes
+ * for a run of a prompt of P tokens (the prompt given; not known, as in chat and serve: the
+ * context) and N generated tokens (-n): ceil(P / B) passes of the prompt (k3_prompt_cost) and
+ * N - 1 decoded tokens at the plan's bytes per token, which grow as the batch's buffers take
+ * memory from the trunk and the expert cache. B runs from the least batch, max(1, verify), to the
+ * cap, min(P, K3_BATCH_AUTO_MAX); tried: the batch of each number of passes, ceil(P / n), for n up
+ * to 16 then every 1.5 times more; a plan must fit the budget and keep the least batch's verify
+ * buffers (and, a trunk split across ranks, its slices resident); ties go to the larger batch.
+ * The minimum is batch 1's: auto never refuses a budget a smaller batch fits.
+ */
+#define K3_BATCH_AUTO 0u              /* the batch argument of k3_plan_choose: the planner chooses */
+#define K3_BATCH_MAX 4096u            /* -b N at most */
+#define K3_BATCH_AUTO_MAX 2048u       /* -b auto at most (docs/k3run.md says why) */
+
+/* -b's value: "auto" (*out = K3_BATCH_AUTO) or a count in 1..K3_BATCH_MAX; -1 for anything else. */
+int k3_batch_parse(const char *s, uint32_t *out);
+
+/* k3_plan_with_snapshots at `batch` tokens per pass, or (K3_BATCH_AUTO) at the batch chosen as
+   above for a prompt of `prompt` tokens (0: not known, as in chat and serve) and `generate` tokens
+   after it. */
+k3_err k3_plan_choose(const k3_config *c, const k3_geometry *g, uint64_t budget, uint32_t context, uint32_t batch,
+                      uint32_t prompt, uint32_t generate, int all_logits, uint32_t snapshots, uint32_t verify,
+                      k3_plan *p, k3_diag *d);
+
+/*
+ * What a prompt of `tokens` costs under plan p (its batch), from an empty context, expected under
+ * uniform routing: ceil(tokens / batch) passes; each reads the streamed units once, one embedding
+ * row per token, and, per MoE layer, each of the E experts its t tokens use (1 - (1 - k/E)^t of
+ * them) that the cache does not hold (1 - slots / experts, as for a decoded token). Its compute,
+ * approximately: 2 flops per weight a token multiplies (the trunk's and k experts' per MoE layer;
+ * lm_head for one row per pass), MLA's absorbed attention, Hm (4 R + 2 dr) per earlier position
+ * and layer, and KDA's state, 7 H K^2 per token and layer.
+ */
+typedef struct k3_prompt_cost {
+    uint32_t tokens, batch;
+    uint32_t passes;             /* ceil(tokens / batch) */
+    double trunk_bytes;          /* streamed units, read once per pass */
+    double expert_reads;         /* expert records read */
+    double expert_bytes, embed_bytes;
+    double read_bytes;           /* trunk + experts + embedding rows */
+    double flops;                /* weights, attention and KDA state */
+    double attention_flops;      /* of flops, MLA's attention and KDA's state */
+} k3_prompt_cost;
+/* c NULL: the reads only (flops 0). */
+void k3_prompt_cost_of(const k3_config *c, const k3_geometry *g, const k3_plan *p, uint32_t tokens,
+                       k3_prompt_cost *out);
 
 /* The memory this process may use: MemAvailable and the cgroup limit (v1 or v2), whichever is
    smaller; 0 if unknown. *source names where it came from. */

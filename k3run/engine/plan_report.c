@@ -5,6 +5,8 @@
 #include <string.h>
 
 const double k3_plan_bandwidths_gbs[K3_PLAN_N_BANDWIDTHS] = {2.0, 7.0, 14.0};
+const uint32_t k3_ttft_prompts[K3_TTFT_N_PROMPTS] = {1000, 8000, 32000};
+const double k3_ttft_bandwidths_gbs[K3_TTFT_N_BANDWIDTHS] = {2.0, 7.0};
 
 
 uint64_t k3_plan_expert_bytes_per_token(const k3_plan *p, const k3_geometry *g)
@@ -41,10 +43,11 @@ char *k3_plan_streamed_list(const k3_plan *p, char *buf, size_t cap)
     return buf;
 }
 
-/* Binary units, sized to the amount: "7.99 GiB", "16.7 MiB", "14.0 KiB", "256 B". */
+/* Binary units, sized to the amount: "1.41 TiB", "7.99 GiB", "16.7 MiB", "14.0 KiB", "256 B". */
 static const char *hs(uint64_t b, char *buf)
 {
-    if (b >= (1ull << 30)) snprintf(buf, 24, "%.2f GiB", (double)b / 1073741824.0);
+    if (b >= (1ull << 40)) snprintf(buf, 24, "%.2f TiB", (double)b / 1099511627776.0);
+    else if (b >= (1ull << 30)) snprintf(buf, 24, "%.2f GiB", (double)b / 1073741824.0);
     else if (b >= (1ull << 20)) snprintf(buf, 24, "%.1f MiB", (double)b / 1048576.0);
     else if (b >= (1ull << 10)) snprintf(buf, 24, "%.1f KiB", (double)b / 1024.0);
     else snprintf(buf, 24, "%llu B", (unsigned long long)b);
@@ -55,13 +58,19 @@ void k3_plan_print(FILE *f, const k3_plan *p, const k3_geometry *g)
 {
     char a[24], b[24], c[24], d[24];
     uint32_t n_res = p->n_units - p->n_streamed;
-    fprintf(f, "Memory plan for a budget of %s (%llu bytes), context %u, batch %u\n", hs(p->budget, a),
-            (unsigned long long)p->budget, p->context, p->batch);
+    if (p->batch_auto)
+        fprintf(f, "Memory plan for a budget of %s (%llu bytes), context %u, batch %u (-b auto, at most %u: the fewest "
+                "bytes read\nfor a prompt of %u tokens and %u generated)\n", hs(p->budget, a),
+                (unsigned long long)p->budget, p->context, p->batch, p->batch_cap, p->batch_prompt, p->batch_generate);
+    else
+        fprintf(f, "Memory plan for a budget of %s (%llu bytes), context %u, batch %u\n", hs(p->budget, a),
+                (unsigned long long)p->budget, p->context, p->batch);
     fprintf(f, "(KiB, MiB, GiB = 2^10, 2^20, 2^30 bytes; disk bandwidth in GB/s = 10^9 bytes/s)\n");
     fprintf(f, "  minimum budget    %10s (%llu bytes)\n", hs(p->minimum, a), (unsigned long long)p->minimum);
     fprintf(f, "  resident          %10s (%llu bytes)\n", hs(p->resident, a), (unsigned long long)p->resident);
-    fprintf(f, "    model buffers   %10s (KDA states %s, MLA cache for %u positions %s)\n", hs(p->buffers, a),
-            hs(p->kda_state, b), p->context, hs(p->mla_cache, c));
+    fprintf(f, "    model buffers   %10s (KDA states %s, MLA cache for %u positions %s, a pass of %u tokens %s "
+            "a token)\n", hs(p->buffers, a), hs(p->kda_state, b), p->context, hs(p->mla_cache, c), p->batch,
+            hs(p->batch_token_bytes, d));
     if (p->n_snapshots)
         fprintf(f, "      of them       %10s (%u state snapshots of %s: KDA states and a logits row)\n",
                 hs((uint64_t)p->n_snapshots * p->snapshot_bytes, a), p->n_snapshots, hs(p->snapshot_bytes, b));
@@ -112,6 +121,64 @@ void k3_plan_print(FILE *f, const k3_plan *p, const k3_geometry *g)
         fprintf(f, "%s %.3g s/token at %g GB/s", i ? "," : "", (double)disk / (k3_plan_bandwidths_gbs[i] * 1e9),
                 k3_plan_bandwidths_gbs[i]);
     fprintf(f, "\n");
+    k3_prompt_cost pc;
+    k3_prompt_cost_of(NULL, g, p, p->batch, &pc);
+    fprintf(f, "Read from disk per pass of %u prompt tokens (experts: expected, uniform routing)\n", p->batch);
+    fprintf(f, "  streamed trunk    %10s\n", hs(p->trunk_streamed, a));
+    fprintf(f, "  expert records    %10s (%.1f)\n", hs((uint64_t)llround(pc.expert_bytes), a), pc.expert_reads);
+    fprintf(f, "  embedding rows    %10s\n", hs((uint64_t)llround(pc.embed_bytes), a));
+    fprintf(f, "  total             %10s, %s per prompt token\n", hs((uint64_t)llround(pc.read_bytes), a),
+            hs((uint64_t)llround(pc.read_bytes / p->batch), b));
+}
+
+/* "12.5 s", "7.3 min", "2.4 h": a duration sized to the amount. */
+static const char *dur(double s, char *buf)
+{
+    if (s < 60) snprintf(buf, 24, "%.1f s", s);
+    else if (s < 3600) snprintf(buf, 24, "%.1f min", s / 60);
+    else snprintf(buf, 24, "%.1f h", s / 3600);
+    return buf;
+}
+
+void k3_ttft_print(FILE *f, const k3_ttft_row *rows, int n, double fma_gflops)
+{
+    char a[24], b[24], c[24], e[24], t[2][24], io[2][24], dc[24];
+    fprintf(f, "Time to first token from an empty context (reads expected, uniform routing; compute at an FMA peak "
+            "of %g GFLOP/s,\na floor; the first token comes after the larger of reads and compute, which overlap)\n",
+            fma_gflops);
+    fprintf(f, "  %-7s %-11s %6s %10s %10s %10s %10s %10s %10s %10s %12s\n", "prompt", "batch", "passes", "read",
+            "per token", "compute", "I/O 2 GB/s", "I/O 7 GB/s", "at 2 GB/s", "at 7 GB/s", "decode reads");
+    for (int r = 0; r < n; r++) {
+        const k3_ttft_row *w = &rows[r];
+        for (int i = 0; i < 2; i++) {
+            char bt[24];
+            snprintf(a, sizeof a, "%u", w->tokens);
+            if (!w->fits[i]) {
+                fprintf(f, "  %-7s %-11s (the budget is below this plan's minimum at context %u)\n", i ? "" : a,
+                        i ? "64" : "as asked", w->context);
+                continue;
+            }
+            const k3_plan *p = &w->plan[i];
+            const k3_prompt_cost *pc = &w->cost[i];
+            snprintf(bt, sizeof bt, "%u%s", p->batch, p->batch_auto ? " auto" : "");
+            double comp = pc->flops / (fma_gflops * 1e9);
+            for (int j = 0; j < K3_TTFT_N_BANDWIDTHS; j++) {
+                double s = pc->read_bytes / (k3_ttft_bandwidths_gbs[j] * 1e9);
+                dur(s, io[j]);
+                dur(s > comp ? s : comp, t[j]);
+            }
+            fprintf(f, "  %-7s %-11s %6u %10s %10s %10s %10s %10s %10s %10s %12s\n", i ? "" : a, bt, pc->passes,
+                    hs((uint64_t)llround(pc->read_bytes), b), hs((uint64_t)llround(pc->read_bytes / w->tokens), c),
+                    dur(comp, e), io[0], io[1], t[0], t[1], hs((uint64_t)llround(p->disk_per_token), dc));
+        }
+    }
+    int ctx = 0;
+    for (int r = 0; r < n; r++) ctx |= rows[r].context != rows[0].context;
+    if (ctx) {
+        fprintf(f, "  (each prompt planned at a context of at least its length:");
+        for (int r = 0; r < n; r++) fprintf(f, "%s %u", r ? "," : "", rows[r].context);
+        fprintf(f, ")\n");
+    }
 }
 
 static void set_u64(json_t *o, const char *k, uint64_t v) { json_object_set_new(o, k, json_integer((json_int_t)v)); }
@@ -131,6 +198,13 @@ json_t *k3_plan_json(const k3_plan *p, const k3_geometry *g)
     set_u64(o, "resident_bytes", p->resident);
     set_u64(o, "context", p->context);
     set_u64(o, "batch", p->batch);
+    json_object_set_new(o, "batch_auto", json_boolean(p->batch_auto));
+    json_object_set_new(o, "batch_cap", p->batch_auto ? json_integer((json_int_t)p->batch_cap) : json_null());
+    json_object_set_new(o, "batch_priced_prompt",
+                        p->batch_auto ? json_integer((json_int_t)p->batch_prompt) : json_null());
+    json_object_set_new(o, "batch_priced_generate",
+                        p->batch_auto ? json_integer((json_int_t)p->batch_generate) : json_null());
+    set_u64(o, "batch_token_bytes", p->batch_token_bytes);
     set_u64(o, "buffers_bytes", p->buffers);
     set_u64(o, "kda_state_bytes", p->kda_state);
     set_u64(o, "mla_cache_bytes", p->mla_cache);
@@ -143,6 +217,7 @@ json_t *k3_plan_json(const k3_plan *p, const k3_geometry *g)
     set_u64(tr, "units", p->n_units);
     json_object_set_new(tr, "split", json_boolean(g->split));   /* this rank's slices (K3_TRUNK=split) */
     set_u64(tr, "bytes", g->trunk_bytes);
+    set_u64(tr, "weights", g->trunk_weights);
     for (uint32_t u = 0; u < p->n_units; u++) {
         json_array_append_new(ub, json_integer((json_int_t)g->unit_bytes[u]));
         json_array_append_new(pb, json_integer((json_int_t)g->piece_bytes[u]));
@@ -186,5 +261,71 @@ json_t *k3_plan_json(const k3_plan *p, const k3_geometry *g)
         json_object_set_new(io, k, json_real((double)disk / (k3_plan_bandwidths_gbs[i] * 1e9)));
     }
     json_object_set_new(o, "io_seconds_per_token_at_gb_per_s", io);
+    k3_prompt_cost pc;                               /* one full pass of the batch */
+    k3_prompt_cost_of(NULL, g, p, p->batch, &pc);
+    json_t *pp = json_object();
+    if (!pp) { json_decref(o); return NULL; }
+    set_u64(pp, "tokens", p->batch);
+    set_u64(pp, "trunk_bytes", p->trunk_streamed);
+    json_object_set_new(pp, "expert_reads", json_real(pc.expert_reads));
+    set_u64(pp, "expert_bytes", (uint64_t)llround(pc.expert_bytes));
+    set_u64(pp, "embed_bytes", (uint64_t)llround(pc.embed_bytes));
+    set_u64(pp, "read_bytes", (uint64_t)llround(pc.read_bytes));
+    json_object_set_new(pp, "read_bytes_per_token", json_real(pc.read_bytes / p->batch));
+    json_object_set_new(o, "prompt_pass", pp);
+    return o;
+}
+
+/* One plan's prompt cost: the figures of k3_ttft_print's row. */
+static json_t *ttft_cost_json(const k3_plan *p, const k3_prompt_cost *pc, double fma_gflops)
+{
+    json_t *o = json_object(), *io = json_object(), *ft = json_object();
+    if (!o || !io || !ft) { json_decref(o); json_decref(io); json_decref(ft); return NULL; }
+    set_u64(o, "batch", p->batch);
+    json_object_set_new(o, "batch_auto", json_boolean(p->batch_auto));
+    set_u64(o, "context", p->context);
+    set_u64(o, "passes", pc->passes);
+    set_u64(o, "buffers_bytes", p->buffers);
+    set_u64(o, "trunk_bytes", (uint64_t)llround(pc->trunk_bytes));
+    json_object_set_new(o, "expert_reads", json_real(pc->expert_reads));
+    set_u64(o, "expert_bytes", (uint64_t)llround(pc->expert_bytes));
+    set_u64(o, "embed_bytes", (uint64_t)llround(pc->embed_bytes));
+    set_u64(o, "read_bytes", (uint64_t)llround(pc->read_bytes));
+    json_object_set_new(o, "read_bytes_per_token", json_real(pc->read_bytes / pc->tokens));
+    json_object_set_new(o, "flops", json_real(pc->flops));
+    json_object_set_new(o, "attention_flops", json_real(pc->attention_flops));
+    double comp = pc->flops / (fma_gflops * 1e9);
+    json_object_set_new(o, "compute_seconds", json_real(comp));
+    for (int j = 0; j < K3_TTFT_N_BANDWIDTHS; j++) {
+        char k[16];
+        double s = pc->read_bytes / (k3_ttft_bandwidths_gbs[j] * 1e9);
+        snprintf(k, sizeof k, "%g", k3_ttft_bandwidths_gbs[j]);
+        json_object_set_new(io, k, json_real(s));
+        json_object_set_new(ft, k, json_real(s > comp ? s : comp));
+    }
+    json_object_set_new(o, "io_seconds_at_gb_per_s", io);
+    json_object_set_new(o, "seconds_at_gb_per_s", ft);
+    json_object_set_new(o, "disk_bytes_per_decoded_token", json_real(p->disk_per_token));
+    return o;
+}
+
+json_t *k3_ttft_json(const k3_ttft_row *rows, int n, double fma_gflops)
+{
+    json_t *o = json_object(), *a = json_array();
+    if (!o || !a) { json_decref(o); json_decref(a); return NULL; }
+    json_object_set_new(o, "fma_peak_gflops", json_real(fma_gflops));
+    json_object_set_new(o, "routing", json_string("uniform"));
+    for (int r = 0; r < n; r++) {
+        json_t *x = json_object();
+        if (!x) { json_decref(o); json_decref(a); return NULL; }
+        set_u64(x, "tokens", rows[r].tokens);
+        set_u64(x, "context", rows[r].context);
+        for (int i = 0; i < 2; i++) {
+            json_t *c = rows[r].fits[i] ? ttft_cost_json(&rows[r].plan[i], &rows[r].cost[i], fma_gflops) : json_null();
+            json_object_set_new(x, i ? "batch_64" : "chosen", c ? c : json_null());
+        }
+        json_array_append_new(a, x);
+    }
+    json_object_set_new(o, "prompts", a);
     return o;
 }

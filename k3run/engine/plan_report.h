@@ -13,6 +13,11 @@
  * cache hit rate is slots / experts); real routing is skewed, which usually
  * lets a cache hit more often. The s/token figures are I/O time alone (bytes /
  * bandwidth): no compute, no overlap, no page cache.
+ *
+ * A prompt's figures (k3_prompt_cost, plan.h) are for passes of the plan's batch from an empty
+ * context: what a pass reads, per prompt token, and (k3_ttft_*) the time to its first token, the
+ * larger of its reads at a bandwidth and its compute at an FMA peak (the readers run on their own
+ * threads beside the compute); the compute at the peak is a floor that no kernel reaches.
  */
 #ifndef K3_PLAN_REPORT_H
 #define K3_PLAN_REPORT_H
@@ -26,6 +31,33 @@
 /* The disk bandwidths the report prices a token at, in GB/s. */
 #define K3_PLAN_N_BANDWIDTHS 3
 extern const double k3_plan_bandwidths_gbs[K3_PLAN_N_BANDWIDTHS];   /* 2, 7, 14 */
+
+/*
+ * The FMA peak k3inspect --plan prices a prompt's compute at, in GFLOP/s (10^9 flops per second),
+ * when --fma-peak is not given: the fp32 FMA peak of the 2-vCPU AVX-512 machine k3 is measured on
+ * (207-226 GFLOP/s on 2 threads by tests/bench/bench_kernels, issue 32), rounded down. A stated
+ * figure, not a measurement at each run, so the plan is the same on every machine; bench_kernels
+ * measures a machine's own.
+ */
+#define K3_FMA_PEAK_DEFAULT 200.0
+/* The prompts the time to first token is given for, in tokens. */
+#define K3_TTFT_N_PROMPTS 3
+extern const uint32_t k3_ttft_prompts[K3_TTFT_N_PROMPTS];       /* 1000, 8000, 32000 */
+#define K3_TTFT_N_BANDWIDTHS 2
+extern const double k3_ttft_bandwidths_gbs[K3_TTFT_N_BANDWIDTHS];  /* 2, 7 */
+
+/* One prompt of the time-to-first-token table: planned at the batch asked for (-b auto: for this
+   prompt) and at -b 64, each at a context of at least the prompt. */
+typedef struct k3_ttft_row {
+    uint32_t tokens, context;
+    int fits[2];                 /* [0] the batch asked for, [1] -b 64: 0 when the budget is below the
+                                    plan's minimum at this context */
+    k3_plan plan[2];
+    k3_prompt_cost cost[2];
+} k3_ttft_row;
+/* The table as text (after k3_plan_print) and as JSON ("time_to_first_token"). */
+void k3_ttft_print(FILE *f, const k3_ttft_row *rows, int n, double fma_gflops);
+json_t *k3_ttft_json(const k3_ttft_row *rows, int n, double fma_gflops);
 
 /* Expected expert bytes read per decoded token (expert_reads_per_token x record size), rounded. */
 uint64_t k3_plan_expert_bytes_per_token(const k3_plan *p, const k3_geometry *g);

@@ -42,7 +42,8 @@ static const k3_opt opts[] = {
      "after N reasoning tokens close the think channel and let the model answer"},
     {OPT_N, 'n', "n-predict", "N", "1024", NULL, "tokens per answer at most"},
     {OPT_CONTEXT, 'c', "context", "N", "4096", NULL, "positions the model holds (the whole conversation)"},
-    {OPT_BATCH, 'b', "batch", "N", "64", NULL, "prompt tokens per forward pass"},
+    {OPT_BATCH, 'b', "batch", "auto|N", "auto", NULL,
+     "prompt tokens per forward pass (auto: the planner chooses for the budget and -n)"},
     {OPT_BUDGET, 'B', "budget", "SIZE", "what the machine allows", "K3_BUDGET", "memory to use (8G, 512M, ...)"},
     {OPT_PRESET, 0, "preset", "NAME", NULL, NULL, "a named budget: laptop (8G), workstation (128G), server (224G)"},
     {OPT_THREADS, 't', "threads", "N", "all CPUs", "K3_THREADS", "compute threads"},
@@ -175,7 +176,7 @@ static int k3_chat_configure(chat_app *app, const k3_args *a)
         (rc = k3_cli_u32(a, OPT_THINK_BUDGET, 0, 0, 1u << 30, "think-budget", &app->co.think_budget)) ||
         (rc = k3_cli_u32(a, OPT_THREADS, ncpu > 0 ? (uint64_t)ncpu : 1, 1, 1024, "threads", &threads)) ||
         (rc = k3_cli_u32(a, OPT_CONTEXT, 4096, 16, 1u << 24, "context", &app->lo.context)) ||
-        (rc = k3_cli_u32(a, OPT_BATCH, 64, 1, 4096, "batch", &app->lo.batch)) ||
+        (rc = k3_cli_batch(a, OPT_BATCH, &app->lo.batch)) ||
         (rc = k3_cli_u32(a, OPT_SNAPSHOTS, 2, 0, 64, "snapshots", &app->lo.snapshots)) ||
         (rc = k3_cli_u32(a, OPT_DRAFT, K3_DRAFT_DEFAULT, 0, K3_DRAFT_MAX, "draft", &draft)) ||
         (rc = k3_cli_u32(a, OPT_TOPK, 0, 0, UINT32_MAX, "top-k", &topk)) ||
@@ -198,6 +199,7 @@ static int k3_chat_configure(chat_app *app, const k3_args *a)
     app->lo.verify_reads = !k3_opt_count(a, OPT_NO_VERIFY_READS);
     app->lo.report = app->stats;
     app->lo.spec_tokens = draft ? draft + 1 : 0;
+    app->lo.generate_tokens = app->co.n_predict;     /* -b auto prices an answer of -n tokens */
     if (k3_cli_check_pack(app->pack, &d)) { k3_error("%s", d.msg); return K3_EXIT_IO; }
     char tik[4200];
     if (!k3_cli_has_tokenizer(app->pack, tik, sizeof tik))

@@ -24,6 +24,15 @@ int k3_cli_u32(const k3_args *a, int id, uint64_t def, uint64_t lo, uint64_t hi,
     return 0;
 }
 
+int k3_cli_batch(const k3_args *a, int id, uint32_t *out)
+{
+    const char *s = k3_opt_str(a, id);
+    *out = K3_BATCH_AUTO;
+    if (s && k3_batch_parse(s, out))
+        return k3_usage_error("--batch must be auto or in 1..%u (got %s)", K3_BATCH_MAX, *s ? s : "''");
+    return 0;
+}
+
 int k3_cli_float(const k3_args *a, int id, float def, const char *name, float *out)
 {
     const char *s = k3_opt_str(a, id);

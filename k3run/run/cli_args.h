@@ -14,6 +14,8 @@
 #include "k3_opts.h"
 
 int k3_cli_u32(const k3_args *a, int id, uint64_t def, uint64_t lo, uint64_t hi, const char *name, uint32_t *out);
+/* -b, --batch auto|N: *out K3_BATCH_AUTO (the default: plan.h chooses) or N in 1..K3_BATCH_MAX. */
+int k3_cli_batch(const k3_args *a, int id, uint32_t *out);
 int k3_cli_float(const k3_args *a, int id, float def, const char *name, float *out);
 /* --budget SIZE / --preset NAME (0: what the machine allows). */
 int k3_cli_budget(const k3_args *a, int budget_id, int preset_id, uint64_t *out);

@@ -126,12 +126,12 @@ static k3_err trunk_mode(k3_loaded *l, int *mode, k3_diag *d)
 /* The plan of this rank with the trunk split (geo: its geometry): K3_OK when its slices are
    resident; a refusal that says why when they are not. Every rank calls it with the same mode. */
 static k3_err plan_split(const k3_load_opts *o, k3_loaded *l, const k3_geometry *whole, k3_geometry *geo,
-                         uint64_t budget, k3_diag *d)
+                         uint64_t budget, uint32_t batch, k3_diag *d)
 {
     k3_err e = k3_geometry_for_rank_split(whole, k3_dist_rank(), k3_dist_size(), k3_dist_first(), l->split_min,
                                           geo, d);
-    if (!e) e = k3_plan_with_snapshots(k3w_config(l->w), geo, budget, o->context, o->batch, o->all_logits,
-                                       o->snapshots, o->spec_tokens, &l->plan, d);
+    if (!e) e = k3_plan_choose(k3w_config(l->w), geo, budget, o->context, batch, o->prompt_tokens, o->generate_tokens,
+                               o->all_logits, o->snapshots, o->spec_tokens, &l->plan, d);
     if (!e && l->plan.n_streamed)      /* each rank's slices must stay in memory */
         e = k3_fail(d, K3_ERR_USAGE, "K3_TRUNK=split: this rank's share of the trunk (%.2f GiB) does not fit its "
                     "budget (%.2f GiB) with its buffers and the smallest expert cache, and a split trunk is never "
@@ -170,11 +170,11 @@ k3_err k3_load_plan(const k3_load_opts *o, k3_loaded *l, int *usage, k3_diag *d)
     e = k3_weights_open(o->pack, &l->w, d);         /* the manifest and config only */
     if (!e) e = k3_geometry_from_manifest(k3w_manifest(l->w), k3w_config(l->w), &whole, d);
     if (mode == K3_TRUNK_SPLIT) {
-        if (!e) e = plan_split(o, l, &whole, &geo, budget, d);
+        if (!e) e = plan_split(o, l, &whole, &geo, budget, o->batch, d);
         l->trunk_split = 1;
     } else if (mode == K3_TRUNK_AUTO) {              /* split if every rank's slices fit its own budget */
         k3_diag sd;
-        int fits = !e && !plan_split(o, l, &whole, &geo, budget, &sd);
+        int fits = !e && !plan_split(o, l, &whole, &geo, budget, o->batch, &sd);
         uint64_t all[256];
         k3_err ge = k3_dist_allgather64((uint64_t)fits, all, d);   /* every rank calls it, even after e */
         if (!e) e = ge;
@@ -187,8 +187,25 @@ k3_err k3_load_plan(const k3_load_opts *o, k3_loaded *l, int *usage, k3_diag *d)
     }
     if (!e && !l->trunk_split) {
         k3_geometry_for_rank(&whole, me, R, k3_dist_first(), &geo);   /* its share of the experts */
-        e = k3_plan_with_snapshots(k3w_config(l->w), &geo, budget, o->context, o->batch, o->all_logits,
-                                   o->snapshots, o->spec_tokens, &l->plan, d);
+        e = k3_plan_choose(k3w_config(l->w), &geo, budget, o->context, o->batch, o->prompt_tokens, o->generate_tokens,
+                           o->all_logits, o->snapshots, o->spec_tokens, &l->plan, d);
+    }
+    if (R > 1 && o->batch == K3_BATCH_AUTO) {        /* -b auto: every rank passes the same tokens */
+        uint64_t all[256];
+        k3_err ge = k3_dist_allgather64(e ? UINT32_MAX : l->plan.batch, all, d);   /* every rank calls it */
+        if (!e) e = ge;
+        uint32_t b = UINT32_MAX;
+        for (int r = 0; r < R && !e; r++) b = all[r] < b ? (uint32_t)all[r] : b;
+        if (!e && b != l->plan.batch) {              /* fewer tokens than it chose: it fits as well */
+            uint32_t cap = l->plan.batch_cap;
+            uint64_t floor = l->plan.minimum;
+            if (l->trunk_split) e = plan_split(o, l, &whole, &geo, budget, b, d);
+            else e = k3_plan_choose(k3w_config(l->w), &geo, budget, o->context, b, o->prompt_tokens,
+                                    o->generate_tokens, o->all_logits, o->snapshots, o->spec_tokens, &l->plan, d);
+            l->plan.batch_auto = 1;
+            l->plan.batch_cap = cap;
+            l->plan.minimum = floor;
+        }
     }
     if (!e && o->spec_tokens && !l->plan.verify_tokens && k3_log_level() >= 1 && k3_dist_rank() == 0)
         fprintf(stderr, "%s: no speculative decoding: the budget has no room for its buffers\n", k3_log_prog());
@@ -201,11 +218,13 @@ k3_err k3_load_plan(const k3_load_opts *o, k3_loaded *l, int *usage, k3_diag *d)
     const k3_plan *p = &l->plan;
     if ((o->report || k3_log_level() >= 2) && k3_dist_rank() == 0)
         fprintf(stderr, "%s: plan for %.2f GiB: %.2f GiB resident (trunk %.2f%s, %u units streamed through "
-                "%.2f GiB of buffers, model buffers %.2f, experts %s%.2f in %llu slots); expected %.1f MiB read "
-                "per token\n", k3_log_prog(), p->budget / 1073741824.0, p->resident / 1073741824.0,
-                p->trunk_resident / 1073741824.0, l->trunk_split ? " of its split rows" : "", p->n_streamed, p->stream_buffers / 1073741824.0,
-                p->buffers / 1073741824.0, p->experts_all_resident ? "all resident, " : "cache ",
-                p->expert_cache / 1073741824.0, (unsigned long long)p->expert_slots, p->disk_per_token / 1048576.0);
+                "%.2f GiB of buffers, model buffers %.2f for passes of %u prompt tokens%s, experts %s%.2f in %llu "
+                "slots); expected %.1f MiB read per token\n", k3_log_prog(), p->budget / 1073741824.0,
+                p->resident / 1073741824.0, p->trunk_resident / 1073741824.0,
+                l->trunk_split ? " of its split rows" : "", p->n_streamed, p->stream_buffers / 1073741824.0,
+                p->buffers / 1073741824.0, p->batch, p->batch_auto ? " (-b auto)" : "",
+                p->experts_all_resident ? "all resident, " : "cache ", p->expert_cache / 1073741824.0,
+                (unsigned long long)p->expert_slots, p->disk_per_token / 1048576.0);
     return K3_OK;
 }
 
@@ -223,7 +242,7 @@ k3_err k3_load_model(const k3_load_opts *o, k3_loaded *l, k3_diag *d)
         l->wo.no_trunk = !l->trunk_split;
     }
     k3_err e = k3_weights_load(l->w, &l->wo, d);
-    k3_model_opts mo = {.max_batch = o->batch, .context = o->context, .isa = o->isa, .all_logits = o->all_logits,
+    k3_model_opts mo = {.max_batch = p->batch, .context = o->context, .isa = o->isa, .all_logits = o->all_logits,
                         .max_verify = p->verify_tokens, .dump = o->dump, .dump_ctx = o->dump_ctx};
     if (k3_dist_size() > 1) {
         if (!e && me > 0) e = k3_model_new(l->w, &mo, &l->m, d);   /* the buffers its experts use */

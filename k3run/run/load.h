@@ -15,7 +15,9 @@
 typedef struct k3_load_opts {
     const char *pack;              /* the pack directory */
     uint64_t budget;               /* bytes; 0: what the machine allows, less a margin */
-    uint32_t context, batch;
+    uint32_t context, batch;       /* batch: K3_BATCH_AUTO (-b auto) or tokens per pass */
+    uint32_t prompt_tokens;        /* -b auto: the prompt's tokens (0: not known, the context) */
+    uint32_t generate_tokens;      /* -b auto: the tokens generated after it (-n) */
     int all_logits;                /* logits for every token of a batch (--dump, --perplexity) */
     uint32_t snapshots;            /* state snapshots the plan makes room for (chat) */
     uint32_t spec_tokens;          /* tokens of a speculative verify pass (1 + --draft, clamped to the batch),

@@ -174,6 +174,8 @@ checked:
 
     /* the memory plan, from the manifest alone; then the weights */
     k3_load_opts lo = {.pack = o->pack, .budget = o->budget, .context = o->context, .batch = o->batch,
+                       .prompt_tokens = o->perplexity ? o->context : n_prompt,   /* perplexity: chunks of context */
+                       .generate_tokens = o->perplexity ? 0 : o->n_predict,
                        .all_logits = o->dump_path != NULL || o->perplexity, .verify = o->verify,
                        .verify_reads = o->verify_reads, .report = o->stats, .isa = o->isa};
     if (o->draft && !lo.all_logits) lo.spec_tokens = o->draft + 1;
@@ -289,6 +291,10 @@ checked:
             json_object_set_new(doc, "budget_bytes", json_integer((json_int_t)plan.budget));
             json_object_set_new(doc, "resident_bytes", json_integer((json_int_t)plan.resident));
             json_object_set_new(doc, "expert_slots", json_integer((json_int_t)plan.expert_slots));
+            json_object_set_new(doc, "batch", json_integer((json_int_t)plan.batch));       /* tokens per pass */
+            json_object_set_new(doc, "batch_auto", json_boolean(plan.batch_auto));
+            json_object_set_new(doc, "buffers_bytes", json_integer((json_int_t)plan.buffers));
+            json_object_set_new(doc, "trunk_streamed_bytes", json_integer((json_int_t)plan.trunk_streamed));
             json_object_set_new(doc, "experts_in_place_layers", json_integer((json_int_t)k3w_in_place_layers(w)));
             json_object_set_new(doc, "trunk", json_string(k3w_trunk_q8(w) ? "q8 (inexact)" : "exact"));
             json_object_set_new(doc, "ranks", json_integer(k3_dist_size()));   /* MPI ranks (dist.h) */

@@ -29,7 +29,7 @@ typedef struct k3_run_opts {
     const char *save_logits;       /* --save-logits FILE: the scored rows' logits, a KL base (or NULL) */
     const char *kl_base;           /* --kl-divergence FILE: compare with that base (or NULL) */
     int special;                   /* special-token text in the prompt becomes its id */
-    uint32_t n_predict, threads, context, batch;
+    uint32_t n_predict, threads, context, batch;   /* batch: K3_BATCH_AUTO (-b auto) or tokens per pass */
     uint32_t draft;                /* speculative decoding: drafted tokens per pass at most (0: off) */
     k3_sampler_opts sampler;
     k3_isa isa;

@@ -38,7 +38,8 @@ static const k3_opt opts[] = {
     {OPT_THINK_BUDGET, 0, "think-budget", "N", "0 (none)", NULL,
      "after N reasoning tokens close the think channel and let the model answer"},
     {OPT_CONTEXT, 'c', "context", "N", "4096", NULL, "positions the model holds (a whole conversation)"},
-    {OPT_BATCH, 'b', "batch", "N", "64", NULL, "prompt tokens per forward pass"},
+    {OPT_BATCH, 'b', "batch", "auto|N", "auto", NULL,
+     "prompt tokens per forward pass (auto: the planner chooses for the budget and -n)"},
     {OPT_BUDGET, 'B', "budget", "SIZE", "what the machine allows", "K3_BUDGET", "memory to use (8G, 512M, ...)"},
     {OPT_PRESET, 0, "preset", "NAME", NULL, NULL, "a named budget: laptop (8G), workstation (128G), server (224G)"},
     {OPT_THREADS, 't', "threads", "N", "all CPUs", "K3_THREADS", "compute threads"},
@@ -94,7 +95,7 @@ static int configure(srv *s, const k3_args *a)
         (rc = k3_cli_u32(a, OPT_THINK_BUDGET, 0, 0, 1u << 30, "think-budget", &s->co.think_budget)) ||
         (rc = k3_cli_u32(a, OPT_THREADS, ncpu > 0 ? (uint64_t)ncpu : 1, 1, 1024, "threads", &s->threads)) ||
         (rc = k3_cli_u32(a, OPT_CONTEXT, 4096, 16, 1u << 24, "context", &s->lo.context)) ||
-        (rc = k3_cli_u32(a, OPT_BATCH, 64, 1, 4096, "batch", &s->lo.batch)) ||
+        (rc = k3_cli_batch(a, OPT_BATCH, &s->lo.batch)) ||
         (rc = k3_cli_u32(a, OPT_SNAPSHOTS, 2, 0, 64, "snapshots", &s->lo.snapshots)) ||
         (rc = k3_cli_u32(a, OPT_DRAFT, K3_DRAFT_DEFAULT, 0, K3_DRAFT_MAX, "draft", &draft)) ||
         (rc = k3_cli_u32(a, OPT_TOPK, 0, 0, UINT32_MAX, "top-k", &topk)) ||
@@ -120,6 +121,7 @@ static int configure(srv *s, const k3_args *a)
     s->lo.verify = k3_opt_count(a, OPT_VERIFY) > 0;
     s->lo.verify_reads = !k3_opt_count(a, OPT_NO_VERIFY_READS);
     s->lo.spec_tokens = draft ? draft + 1 : 0;
+    s->lo.generate_tokens = s->co.n_predict;         /* -b auto prices an answer of -n tokens */
     s->model_name = k3_opt_str(a, OPT_NAME);
     if (!s->model_name) {                        /* the pack directory's last name */
         static char name[256];

@@ -11,6 +11,7 @@
 #     (512 + 64) x 4 bytes); a bigger budget never reads more per token.
 #  3. the minimum: accepted at exactly the minimum, refused one byte below with
 #     exit 2 and a message naming the minimum in bytes.
+#     -b auto (the default): the minimum is batch 1's; the batch is within its cap.
 #  4. a sparse full-size K3 pack and the tiny test model's pack (k3_mkpack_sparse,
 #     ~20 s): the per-unit trunk bytes and expert geometry are recomputed
 #     independently from manifest.json (with the row pieces of units larger
@@ -20,6 +21,12 @@
 #     (FORMAT.md: tensors 4 KiB-aligned, record parts 64-aligned, records at a
 #     4 KiB stride), so any difference is a layout drift between k3pack and the
 #     planner, which this test exists to catch.
+#  5. the prompt's cost (issue 32) on those packs: every figure of the time-to-first-token table
+#     and of a pass of the chosen batch recomputed here from the manifest (the weights a token
+#     multiplies), the config (attention's dimensions) and the plan at that row's batch and context
+#     (k3inspect --batch B --context C: streamed bytes, expert slots); the run -b auto priced (the
+#     prompt, then -n 128 tokens) reads no more at the chosen batch than at -b 1 or -b 64; real K3's
+#     1,000-token prompt at 8 GiB reads more than 15 TiB at -b 64 and less than 1.5 TiB at -b auto.
 # Environment (set by ctest): K3INSPECT K3_MKPACK_SPARSE K3_SRC K3_TEST_DATA K3_TEST_TMP PYTHON
 set -u
 T="$K3_TEST_TMP/cli_k3inspect_plan"
@@ -40,7 +47,10 @@ expect_rc 0 "--help"; out_has "--plan" "--help"; out_has "--preset" "--help"; ou
 for args in "--plan $cfg" "--plan --budget 8G --preset laptop $cfg" "--plan --preset desktop $cfg" \
             "--plan --budget 8X $cfg" "--plan --budget 0 $cfg" "--budget 8G $cfg" "--preset laptop $cfg" \
             "--context 100 $cfg" "--plan --preset laptop --summary $cfg" "--plan --preset laptop --context 0 $cfg" \
-            "--plan --preset laptop --batch 0 $cfg" "--plan --preset laptop"; do
+            "--plan --preset laptop --batch 0 $cfg" "--plan --preset laptop --batch 4097 $cfg" \
+            "--plan --preset laptop --batch x $cfg" "--plan --preset laptop --fma-peak 0 $cfg" \
+            "--plan --preset laptop --fma-peak -5 $cfg" "--plan --preset laptop --fma-peak nan $cfg" \
+            "--plan --preset laptop --fma-peak 1x $cfg" "--fma-peak 100 $cfg" "--plan --preset laptop"; do
     # shellcheck disable=SC2086
     run $args
     expect_rc 2 "k3inspect $args"
@@ -69,8 +79,14 @@ expect_rc 2 "--context 2^24 + 1"; err_has "--context must be in 1..16777216" "--
 run --plan --preset workstation --context 8192 --batch 16 --json "$cfg"
 expect_rc 0 "--context 8192 --batch 16"
 cp "$T/out" "$T/plan-ctx8192.json"
+run --plan --preset workstation --batch 16 --json "$cfg"
+expect_rc 0 "--batch 16"
+cp "$T/out" "$T/plan-b16.json"
+run --plan --budget 2T --batch 1 --json "$cfg"
+expect_rc 0 "--batch 1"
+cp "$T/out" "$T/plan-b1.json"
 
-"$PYTHON" - "$cfg" "$T/list" "$T/plan-workstation.json" "$T/plan-ctx8192.json" >"$T/py.out" 2>&1 <<'EOF' || fail "plan checks: $(cat "$T/py.out")"
+"$PYTHON" - "$cfg" "$T/list" "$T/plan-b16.json" "$T/plan-ctx8192.json" "$T/plan-b1.json" >"$T/py.out" 2>&1 <<'EOF' || fail "plan checks: $(cat "$T/py.out")"
 import json, sys
 cfg = json.load(open(sys.argv[1]))["text_config"]
 plans = [json.load(open(p.strip())) for p in open(sys.argv[2])]
@@ -119,8 +135,12 @@ def check(p, name):
         if len(S) < 3 and not any(split[i] for i in S): return T
         return T - sum(units[i] for i in S) + 2 * (max(piece[i] for i in S) + max(small[i] for i in S))
     least = min([T] + [stream_all_to(cap) for cap in set(units)])
-    need(p["minimum_bytes"] == p["buffers_bytes"] - p["verify_bytes"] + p["margin_bytes"] + least +
-         min(2 * ex["top_k"], ex["total"]) * ex["slot_bytes"], name + ": minimum %d" % p["minimum_bytes"])
+    if p["batch_auto"]:     # -b auto: the floor is batch 1's minimum, the batch within its cap
+        need(p["minimum_bytes"] == b1["minimum_bytes"], name + ": auto's minimum is not batch 1's")
+        need(p["batch_cap"] == min(p["context"], 2048) and 1 <= p["batch"] <= p["batch_cap"], name + ": batch")
+    else:
+        need(p["minimum_bytes"] == p["buffers_bytes"] - p["verify_bytes"] + p["margin_bytes"] + least +
+             min(2 * ex["top_k"], ex["total"]) * ex["slot_bytes"], name + ": minimum %d" % p["minimum_bytes"])
     need(p["mla_cache_bytes"] == n_mla * p["context"] * mla_row, name + ": MLA cache %d" % p["mla_cache_bytes"])
     reads = 0.0 if ex["all_resident"] else ex["moe_layers"] * ex["top_k"] * (1 - ex["slots"] / ex["total"])
     need(abs(ex["reads_per_token"] - reads) < 1e-9 * max(reads, 1), name + ": expert reads")
@@ -131,10 +151,12 @@ def check(p, name):
     for bw, s in p["io_seconds_per_token_at_gb_per_s"].items():
         need(abs(s - disk / (float(bw) * 1e9)) < 1e-9 * s, name + ": I/O seconds at " + bw)
     need(set(p["io_seconds_per_token_at_gb_per_s"]) == {"2", "7", "14"}, name + ": bandwidths")
+b1 = json.load(open(sys.argv[5]))
+check(b1, "batch 1")
 for p in plans:
     check(p, "budget %d" % p["budget_bytes"])
 need(len({p["minimum_bytes"] for p in plans}) == 1, "the minimum depends on the budget")
-need(all(p["context"] == 4096 and p["batch"] == 64 for p in plans), "defaults are not k3run's (context 4096, batch 64)")
+need(all(p["context"] == 4096 and p["batch_auto"] for p in plans), "defaults are not k3run's (context 4096, batch auto)")
 by_budget = sorted(plans, key=lambda p: p["budget_bytes"])
 for a, b in zip(by_budget, by_budget[1:]):
     need(b["disk_bytes_per_token"] <= a["disk_bytes_per_token"],
@@ -263,11 +285,132 @@ EOF
     cat "$T/py.out"
 }
 
+# ------------------------------------ 5. the prompt's cost and the first token
+# check_prompt NAME PACK OPT VALUE: the time-to-first-token table and the pass of the chosen batch
+# of `k3inspect --plan OPT VALUE PACK`, every figure recomputed (header, section 5)
+check_prompt() {
+    "$PYTHON" - "$K3INSPECT" "$2" "$3" "$4" "$1" >"$T/py.out" 2>&1 <<'EOF' || fail "$1: the prompt's cost: $(cat "$T/py.out")"
+import json, math, subprocess, sys
+insp, pack, opt, val, name = sys.argv[1:6]
+FMA = 333.0
+bad = []
+def need(c, msg):
+    if not c: bad.append(name + ": " + msg)
+def close(a, b, rel=1e-9):
+    return abs(a - b) <= rel * max(abs(a), abs(b)) + 1e-9
+def near(n, x):             # an integer of bytes and a sum in doubles (rounded, summed in another order)
+    return abs(n - x) <= max(2, 1e-12 * x)
+def plan(*extra):
+    r = subprocess.run([insp, "--plan", opt, val, "--json"] + list(extra) + [pack], capture_output=True)
+    if r.returncode: raise SystemExit("k3inspect %s: exit %d: %s" % (extra, r.returncode, r.stderr.decode()))
+    return json.loads(r.stdout)
+m = json.load(open(pack + "/manifest.json"))
+cfg = m["config"].get("text_config", m["config"])
+# the weights a token multiplies: every tensor of the trunk's units (not the embedding table; a Q8
+# matrix's scales hold none); lm_head is multiplied for one row a pass
+W = sum(math.prod(t["shape"]) for t in m["tensors"]
+        if t["name"] != "model.embed_tokens.weight" and not t["name"].endswith("_scale"))
+V, D, L = cfg["vocab_size"], cfg["hidden_size"], cfg["num_hidden_layers"]
+la = cfg.get("linear_attn_config") or {}
+n_kda = len(la.get("kda_layers", []))
+n_mla = L - n_kda
+H, K = la.get("num_heads", 0), la.get("head_dim", 0)
+Hm, R, dr = cfg["num_attention_heads"], cfg["kv_lora_rank"], cfg["qk_rope_head_dim"]
+k, Ie = cfg.get("num_experts_per_token", 0), cfg.get("moe_intermediate_size", 0)
+Dl = cfg.get("routed_expert_hidden_size") or D
+L_moe = len(m["expert_layers"])
+def cost(p, P):
+    """a prompt of P tokens under plan p: passes, expert reads, bytes read, flops"""
+    B, ex = p["batch"], p["experts"]
+    passes = -(-P // B)
+    miss = 0.0 if ex["all_resident"] else 1 - ex["slots"] / ex["total"]
+    per = ex["total"] / ex["moe_layers"]
+    reads = sum(ex["moe_layers"] * per * (1 - (1 - ex["top_k"] / per) ** min(B, P - i * B)) * miss
+                for i in range(passes))
+    read = passes * p["trunk"]["streamed_bytes"] + reads * ex["record_bytes"] + P * p["embed_row_bytes"]
+    flops = (2 * (W - V * D) * P + 2 * V * D * passes + 2 * L_moe * k * 3 * Ie * Dl * P +
+             n_mla * Hm * (4 * R + 2 * dr) * P * (P + 1) / 2 + n_kda * 7 * H * K * K * P)
+    return passes, reads, read, flops
+top = plan("--fma-peak", str(FMA))
+need(top["trunk"]["weights"] == W, "trunk weights %d, the manifest's %d" % (top["trunk"]["weights"], W))
+need(top["batch_auto"] and top["batch_cap"] == min(top["context"], 2048) and top["batch_priced_prompt"] ==
+     top["context"] and top["batch_priced_generate"] == 128, "the default batch is not auto, for context + 128")
+pp = top["prompt_pass"]
+_, reads, read, _ = cost(top, top["batch"])
+need(pp["tokens"] == top["batch"] and close(pp["expert_reads"], reads) and near(pp["read_bytes"], read) and
+     close(pp["read_bytes_per_token"], read / top["batch"], 1e-6), "a pass of the chosen batch")
+tt = top["time_to_first_token"]
+need(tt["fma_peak_gflops"] == FMA, "--fma-peak")
+need([r["tokens"] for r in tt["prompts"]] == [1000, 8000, 32000], "the prompts")
+lines = []
+for r in tt["prompts"]:
+    P = r["tokens"]
+    need(r["context"] == max(top["context"], P), "%d: context %d" % (P, r["context"]))
+    got, total = {}, {}
+    for key in ("batch_64", "chosen"):
+        c = r[key]
+        if c is None:       # below this plan's minimum at that context
+            x = subprocess.run([insp, "--plan", opt, val, "--context", str(r["context"]), "--batch",
+                                "64" if key == "batch_64" else "1", pack], capture_output=True)
+            need(x.returncode == 2, "%d %s: no plan, but k3inspect accepts it" % (P, key))
+            continue
+        B = c["batch"]
+        if key == "batch_64":
+            need(B == 64 and not c["batch_auto"], "%d: -b 64" % P)
+        else:
+            need(c["batch_auto"] and 1 <= B <= min(P, 2048), "%d: auto batch %d" % (P, B))
+            need(-(-P // -(-P // B)) == B, "%d: batch %d, passes not evened out" % (P, B))
+        p = plan("--context", str(r["context"]), "--batch", str(B))
+        need(p["resident_bytes"] <= p["budget_bytes"], "%d: over the budget" % P)
+        need(p["buffers_bytes"] == c["buffers_bytes"] and abs(p["disk_bytes_per_token"] -
+             c["disk_bytes_per_decoded_token"]) <= 1, "%d %s: not the plan at batch %d" % (P, key, B))
+        passes, reads, read, flops = cost(p, P)
+        total[key] = read + 127 * p["disk_bytes_per_token"]      # the prompt, then -n 128 tokens
+        if key == "chosen":   # -b auto's choice reads no more than -b 1 or -b 64 would
+            p1 = plan("--context", str(r["context"]), "--batch", "1")
+            t1 = cost(p1, P)[2] + 127 * p1["disk_bytes_per_token"]
+            need(total[key] <= min(t1, total.get("batch_64", t1)) * (1 + 1e-9),
+                 "%d: auto's run reads %.6g, -b 1's %.6g, -b 64's %.6g" % (P, total[key], t1, total.get("batch_64", 0)))
+        need(c["passes"] == passes, "%d %s: passes %d, expected %d" % (P, key, c["passes"], passes))
+        need(close(c["expert_reads"], reads) and near(c["read_bytes"], read) and
+             close(c["read_bytes_per_token"], read / P, 1e-6),
+             "%d %s: reads %d, expected %.0f" % (P, key, c["read_bytes"], read))
+        need(c["trunk_bytes"] == passes * p["trunk"]["streamed_bytes"], "%d %s: trunk bytes" % (P, key))
+        need(close(c["flops"], flops), "%d %s: flops %.6g, expected %.6g" % (P, key, c["flops"], flops))
+        comp = flops / (FMA * 1e9)
+        need(close(c["compute_seconds"], comp), "%d %s: compute seconds" % (P, key))
+        for bw in ("2", "7"):
+            io = read / (float(bw) * 1e9)
+            need(close(c["io_seconds_at_gb_per_s"][bw], io, 1e-6) and
+                 close(c["seconds_at_gb_per_s"][bw], max(io, comp), 1e-6), "%d %s: seconds at %s GB/s" % (P, key, bw))
+        got[key] = c
+    if len(got) == 2:
+        lines.append("%d tokens: auto %d in %d passes %.4g GiB, -b 64 %.4g GiB; first token at 7 GB/s %.4g s vs %.4g s" %
+                     (P, got["chosen"]["batch"], got["chosen"]["passes"], got["chosen"]["read_bytes"] / 2**30,
+                      got["batch_64"]["read_bytes"] / 2**30, got["chosen"]["seconds_at_gb_per_s"]["7"],
+                      got["batch_64"]["seconds_at_gb_per_s"]["7"]))
+if name == "K3 laptop":     # issue 32's figures
+    r = tt["prompts"][0]
+    need(r["batch_64"]["read_bytes"] > 15 * 2**40 and r["chosen"]["read_bytes"] < 1.5 * 2**40 and
+         r["chosen"]["passes"] == 1, "a 1,000-token prompt: not ~16 TiB at -b 64 and ~1.4 TiB at auto")
+if bad:
+    print("\n".join(bad)); sys.exit(1)
+print(name + ":\n  " + "\n  ".join(lines))
+EOF
+    cat "$T/py.out"
+}
+
 mkdir -p "$T/notok"
 if "$K3_MKPACK_SPARSE" -q "$cfg" "$T/notok" "$T/k3"; then
     compare_pack "K3" "$T/k3" "$cfg" laptop workstation server 20G 64G "$min"
     run --plan --preset laptop "$T/k3"
     expect_rc 0 "pack text report"; out_has "geometry from the pack manifest" "pack text report"
+    for s in "batch 2048 (-b auto, at most 2048" "per pass of 2048 prompt tokens" "per prompt token" \
+             "Time to first token" "1000 auto" "FMA peak of 200 GFLOP/s"; do
+        out_has "$s" "pack text report"
+    done
+    check_prompt "K3 laptop" "$T/k3" --preset laptop
+    check_prompt "K3 workstation" "$T/k3" --preset workstation
 else
     fail "k3_mkpack_sparse on the K3 config"
 fi
@@ -278,6 +421,8 @@ if "$PYTHON" "$K3_SRC/tests/reference/make_checkpoint.py" --preset tiny --seed 1
     tmin=$("$K3INSPECT" --plan --budget 1G --json "$T/ck/config.json" |
            "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["minimum_bytes"])')
     compare_pack "tiny" "$T/tiny" "$T/ck/config.json" "$tmin" "$((tmin + 100000))" "$((tmin + 3000000))" 1G
+    check_prompt "tiny at its minimum + 2 MB" "$T/tiny" --budget "$((tmin + 2000000))"
+    check_prompt "tiny at 1G" "$T/tiny" --budget 1G
     export K3_CHUNK=8K                                           # row pieces on the tiny model
     tmin8=$("$K3INSPECT" --plan --budget 1G --json "$T/ck/config.json" |
             "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["minimum_bytes"])')

@@ -58,7 +58,7 @@ class Pieces:
         # each chunk with one prompt batch: 8 KiB rows unaligned, batch 1 (every row of the prompt
         # its own pass over the pieces); 16 KiB aligned, 3 rows; 64 KiB, the whole prompt at once
         cases = (("16K", "3"),) if SANITIZED else (("8K", "1"), ("16K", "3"), ("64K", "64"))
-        budgets = {chunk: minimum(self.pack, chunk) for chunk, _ in cases}
+        budgets = {chunk: minimum(self.pack, chunk, ["-b", batch]) for chunk, batch in cases}   # each its own least
         for sampler in ([], SAMPLING):
             for threads in ("1", "2"):
                 ref = self.gen(sampler + ["-t", threads])

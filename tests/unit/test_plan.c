@@ -16,6 +16,7 @@
  *   - the report (plan_report.h) agrees with the plan.
  */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -412,6 +413,146 @@ static void test_k3(void)
     }
 }
 
+/* Bytes a run of a prompt of P tokens and N generated reads under plan p, from the definition
+   (plan.h "The prompt batch"), written apart from plan.c: ceil(P / B) passes, each the streamed
+   units once and per MoE layer the experts its t tokens use, E (1 - (1 - k/E)^t), that the cache
+   misses (1 - slots / experts); a row of the embedding per prompt token; N - 1 decoded tokens. */
+static double run_bytes_of(const k3_geometry *g, const k3_plan *p, uint32_t P, uint32_t N)
+{
+    double E = (double)g->n_experts_total / g->n_moe_layers, miss = p->experts_all_resident ? 0.0
+                                                                    : 1 - (double)p->expert_slots / g->n_experts_total;
+    double bytes = (double)P * g->embed_row_bytes;
+    for (uint32_t done = 0; done < P; done += p->batch) {
+        uint32_t t = P - done < p->batch ? P - done : p->batch;
+        bytes += (double)p->trunk_streamed +
+                 g->n_moe_layers * E * (1 - pow(1 - g->top_k / E, t)) * miss * g->expert_record;
+    }
+    return bytes + (N ? N - 1 : 0) * disk_of(g, p->trunk_streamed, p->expert_slots);
+}
+
+/* -b auto on the real K3 config (plan.h "The prompt batch"): the value's parser; the floor is
+   batch 1's minimum; every auto plan fits, keeps its batch in [least, cap] and the verify buffers,
+   and is the plain plan at its batch; against every batch tried, its run reads at most a little
+   more than the best (it tries only some: each pass count to 16, then every 1.5 times more), and
+   no more than at -b 1 or -b 64; the issue's figures. */
+static void test_auto_batch(void)
+{
+    uint32_t v = 99;
+    CHECK(k3_batch_parse("auto", &v) == 0 && v == K3_BATCH_AUTO);
+    CHECK(k3_batch_parse("1", &v) == 0 && v == 1);
+    CHECK(k3_batch_parse("4096", &v) == 0 && v == 4096);
+    const char *bad[] = {"0", "4097", "", "12x", "-1", "Auto", " 7", "99999999999999999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) CHECK_MSG(k3_batch_parse(bad[i], &v) == -1, "'%s'", bad[i]);
+
+    char path[4096];
+    const char *data = getenv("K3_TEST_DATA");
+    snprintf(path, sizeof path, "%s/kimi-k3-config.json", data ? data : "tests/data");
+    k3_config c;
+    k3_diag d = {0};
+    REQUIRE(k3_config_load(path, &c, &d) == K3_OK);
+    REQUIRE(k3_geometry_from_config(&c, &geo, &d) == K3_OK);
+    k3_plan p, one;
+
+    /* the floor: batch 1's minimum, accepted (at batch 1), one byte below refused naming it */
+    REQUIRE(k3_plan_for(&c, &geo, 1, 4096, 1, 0, &one, &d) == K3_ERR_USAGE);
+    uint64_t floor = one.minimum;
+    REQUIRE(k3_plan_choose(&c, &geo, floor, 4096, K3_BATCH_AUTO, 0, 128, 0, 0, 0, &p, &d) == K3_OK);
+    CHECK_EQ_U64(p.minimum, floor);
+    CHECK_EQ_U64(p.batch, 1);
+    CHECK(p.batch_auto && p.resident <= floor);
+    CHECK(k3_plan_choose(&c, &geo, floor - 1, 4096, K3_BATCH_AUTO, 0, 128, 0, 0, 0, &p, &d) == K3_ERR_USAGE);
+    char num[32];
+    snprintf(num, sizeof num, "%" PRIu64 " bytes", floor);
+    CHECK_MSG(strstr(d.msg, num) != NULL, "auto's refusal does not name batch 1's minimum: %s", d.msg);
+
+    const uint64_t budgets[] = {floor, floor + 256 * MIB, 2 * GIB, 4 * GIB, 8 * GIB, 16 * GIB, 64 * GIB, 128 * GIB,
+                                224 * GIB, 2048 * GIB};
+    const uint32_t prompts[] = {0, 1, 7, 1000, 3000};
+    const uint32_t gens[] = {0, 128, 100000};
+    int n = 0;
+    for (size_t bi = 0; bi < sizeof budgets / sizeof budgets[0]; bi++)
+        for (size_t pi = 0; pi < sizeof prompts / sizeof prompts[0]; pi++)
+            for (size_t gi = 0; gi < 3; gi++)
+                for (uint32_t ver = 0; ver <= 9; ver += 9) {
+                    uint64_t b = budgets[bi];
+                    uint32_t P = prompts[pi], N = gens[gi];
+                    char w[128];
+                    snprintf(w, sizeof w, "K3 auto at %" PRIu64 ", prompt %u, %u generated, verify %u", b, P, N, ver);
+                    REQUIRE(k3_plan_choose(&c, &geo, b, 4096, K3_BATCH_AUTO, P, N, 0, 0, ver, &p, &d) == K3_OK);
+                    n++;
+                    check_plan(&geo, &p, b, p.buffers + p.margin, w);
+                    CHECK_MSG(p.batch_auto && p.minimum == floor, "%s: flag or floor", w);
+                    /* the least batch: the verify pass's where its plan fits, else 1 */
+                    uint32_t lo = ver && k3_plan_with_snapshots(&c, &geo, b, 4096, ver, 0, 0, ver, &one, &d) == K3_OK
+                                  ? ver : 1;
+                    uint32_t priced = P ? P : 4096, cap = priced < 2048 ? priced : 2048;
+                    if (cap < lo) cap = lo;
+                    CHECK_MSG(p.batch_cap == cap && p.batch >= lo && p.batch <= cap && p.batch_prompt == priced &&
+                              p.batch_generate == N, "%s: batch %u, cap %u (want %u), least %u", w, p.batch,
+                              p.batch_cap, cap, lo);
+                    REQUIRE(k3_plan_with_snapshots(&c, &geo, b, 4096, p.batch, 0, 0, lo > 1 ? ver : 0, &one, &d) ==
+                            K3_OK);
+                    CHECK_MSG(one.resident == p.resident && one.disk_per_token == p.disk_per_token &&
+                              one.verify_tokens == p.verify_tokens, "%s: not batch %u's plan", w, p.batch);
+                    CHECK_MSG(!ver || lo == 1 || p.verify_tokens == ver ||
+                              (k3_plan_with_snapshots(&c, &geo, b, 4096, ver, 0, 0, ver, &one, &d) == K3_OK &&
+                               !one.verify_tokens), "%s: the verify buffers dropped", w);
+                }
+    printf("K3 -b auto: %d plans checked\n", n);
+
+    /* every batch tried: auto's run within 1 % of the best, and never above -b 1's or -b 64's */
+    const uint64_t tight[] = {floor + 512 * MIB, 8 * GIB};
+    const uint32_t runs[][2] = {{2048, 128}, {1000, 4000}};
+    for (int t = 0; t < 2; t++)
+        for (int r = 0; r < 2; r++) {
+            uint32_t P = runs[r][0], N = runs[r][1], best_b = 0;
+            double best = 0, at1 = 0, at64 = 0;
+            for (uint32_t B = 1; B <= P && B <= 2048; B++) {
+                if (k3_plan_with_snapshots(&c, &geo, tight[t], 4096, B, 0, 0, 0, &one, &d) != K3_OK) continue;
+                double x = run_bytes_of(&geo, &one, P, N);
+                if (!best_b || x < best) { best = x; best_b = B; }
+                if (B == 1) at1 = x;
+                if (B == 64) at64 = x;
+            }
+            REQUIRE(k3_plan_choose(&c, &geo, tight[t], 4096, K3_BATCH_AUTO, P, N, 0, 0, 0, &p, &d) == K3_OK);
+            double x = run_bytes_of(&geo, &p, P, N);
+            printf("K3 at %.2f GiB, %u + %u tokens: the best batch %u reads %.4g TB; auto's %u %.4g TB (+%.3f %%); "
+                   "-b 64 %.4g TB, -b 1 %.4g TB\n", tight[t] / (double)GIB, P, N, best_b, best / 1e12, p.batch,
+                   x / 1e12, 100 * (x / best - 1), at64 / 1e12, at1 / 1e12);
+            CHECK_MSG(x <= best * 1.01 && x <= at1 * (1 + 1e-12) && (!at64 || x <= at64 * (1 + 1e-12)),
+                      "%.2f GiB, %u + %u: auto's batch %u reads %.6g, the best (%u) %.6g", tight[t] / (double)GIB, P,
+                      N, p.batch, x, best_b, best);
+        }
+
+    /* issue 32: at 8 GiB a 1,000-token prompt reads ~16 TB at -b 64 and ~1.4 TB at auto; its compute
+       is about 208 GFLOP a token (206: lm_head once a pass); at 32k, MLA's attention adds a tenth
+       to two fifths */
+    k3_prompt_cost at64, at_auto, long_p;
+    REQUIRE(k3_plan_choose(&c, &geo, 8 * GIB, 4096, 64, 1000, 128, 0, 0, 0, &one, &d) == K3_OK);
+    REQUIRE(k3_plan_choose(&c, &geo, 8 * GIB, 4096, K3_BATCH_AUTO, 1000, 128, 0, 0, 0, &p, &d) == K3_OK);
+    k3_prompt_cost_of(&c, &geo, &one, 1000, &at64);
+    k3_prompt_cost_of(&c, &geo, &p, 1000, &at_auto);
+    CHECK_EQ_U64(p.batch, 1000);
+    CHECK_EQ_U64(at_auto.passes, 1);
+    CHECK_EQ_U64(at64.passes, 16);
+    const double TIB = 1099511627776.0;
+    CHECK_MSG(at64.read_bytes > 15 * TIB && at64.read_bytes < 17 * TIB, "batch 64: %.2f TiB", at64.read_bytes / TIB);
+    CHECK_MSG(at_auto.read_bytes > 1.3 * TIB && at_auto.read_bytes < 1.5 * TIB, "auto: %.2f TiB",
+              at_auto.read_bytes / TIB);
+    CHECK_MSG(fabs(at_auto.read_bytes - run_bytes_of(&geo, &p, 1000, 0)) < 1e-9 * at_auto.read_bytes, "auto's reads");
+    CHECK_MSG(fabs(at64.read_bytes - run_bytes_of(&geo, &one, 1000, 0)) < 1e-9 * at64.read_bytes, "-b 64's reads");
+    double per = (at_auto.flops - at_auto.attention_flops) / 1000;
+    CHECK_MSG(per > 200e9 && per < 215e9, "K3's weights: %.1f GFLOP a token", per / 1e9);
+    CHECK_MSG(at64.flops > at_auto.flops && at64.flops - at_auto.flops < 15 * 2.0 * 163840 * 7168 + 1,
+              "the compute differs by more than lm_head's extra rows");
+    REQUIRE(k3_plan_choose(&c, &geo, 128 * GIB, 32000, K3_BATCH_AUTO, 32000, 128, 0, 0, 0, &p, &d) == K3_OK);
+    k3_prompt_cost_of(&c, &geo, &p, 32000, &long_p);
+    double share = long_p.attention_flops / (long_p.flops - long_p.attention_flops);
+    CHECK_MSG(share > 0.1 && share < 0.4, "attention at 32k: %.2f of the weights' flops", share);
+    printf("K3 at 8 GiB, 1,000 tokens: %.2f TiB at -b 64, %.2f TiB at -b auto; %.1f GFLOP a token; at 32k "
+           "attention %.2f of the weights' flops\n", at64.read_bytes / TIB, at_auto.read_bytes / TIB, per / 1e9, share);
+}
+
 /* The report: the streamed list, and the JSON numbers against the plan. */
 static void test_report(void)
 {
@@ -471,6 +612,7 @@ int main(void)
 {
     test_synthetic();
     test_k3();
+    test_auto_batch();
     test_report();
     return k3_test_done();
 }
