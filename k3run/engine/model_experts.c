@@ -52,6 +52,63 @@ static void experts_wave(k3_model *m, const float *xl, const int32_t *wl, const 
 }
 
 /*
+ * A wave of a batch's experts, all in one parallel region (the batch form of experts_wave): expert
+ * ex[wl[i]] multiplies the wn[i] rows of xe from row wo[i] (the tokens that chose it, gathered),
+ * i < nw, rows in all. The gate and up rows of all of them as one list of 32-row blocks, the GLU,
+ * then the down rows into ye; x is packed once for the whole wave (k3_xpack), and once more after
+ * the GLU. Each output element is one row's dot product in the canonical order, whatever the
+ * rows beside it, so this changes no bit. xe, ye [rows][Dl]; g, u [rows][Ie].
+ */
+#define WAVE_MAX 64                               /* experts per wave */
+static void experts_batch_wave(k3_model *m, const int32_t *wl, const uint32_t *wo, const uint32_t *wn, int nw,
+                               uint32_t rows)
+{
+    const k3_dims *z = &m->d;
+    const uint32_t Ie = z->Ie, Dl = z->Dl, BR = K3_KERN_BLOCK;
+    const long nb1 = (long)((Ie + BR - 1) / BR), nb2 = (long)((Dl + BR - 1) / BR);
+    const long n1 = 2L * nw * nb1, n2 = (long)nw * nb2, ng = (long)(((size_t)rows * Ie + 511) / 512);
+    const size_t pcx = k3_xpack_cols(Dl), pcg = k3_xpack_cols(Ie);
+    float *G = m->g, *U = m->u, *xe = m->xe, *ye = m->ye;
+    const k3_expert *ex = m->ex;
+    const k3_isa isa = m->o.isa;
+    /* x packed (xpk [rows][pcx]), then G packed (xpk [rows][pcg]) once x's products are done */
+    const int px = (uint64_t)rows * pcx <= m->xpk_cap && k3_xpack(isa, xe, Dl, rows, Dl, m->xpk);
+    const int pg = (uint64_t)rows * pcg <= m->xpk_cap && k3_xpack_used(isa, Ie);
+    float *xp = m->xpk;                                  /* [rows][pcx], then [rows][pcg] */
+#pragma omp parallel
+    {
+#pragma omp for schedule(dynamic, 1)
+        for (long i = 0; i < n1; i++) {
+            long e = i / (2 * nb1), r = i % (2 * nb1), blk = r % nb1;
+            const k3_mat *W = r < nb1 ? &ex[wl[e]].w1 : &ex[wl[e]].w3;
+            float *y = (r < nb1 ? G : U) + (size_t)wo[e] * Ie;
+            uint32_t r0 = (uint32_t)blk * BR, r1 = Ie - r0 < BR ? Ie : r0 + BR;
+            k3_matmul_rows_xp(isa, W, xe + (size_t)wo[e] * Dl, Dl, px ? xp + wo[e] * pcx : NULL, wn[e], y, Ie,
+                              r0, r1);
+        }
+#pragma omp for schedule(static)
+        for (long j = 0; j < ng; j++) {
+            size_t i0 = (size_t)j * 512, n = (size_t)rows * Ie - i0 < 512 ? (size_t)rows * Ie - i0 : 512;
+            k3_glu_part(m, G + i0, U + i0, n);
+        }
+        if (pg) {
+#pragma omp for schedule(static)
+            for (long r = 0; r < (long)rows; r++) k3_xpack(isa, G + (size_t)r * Ie, Ie, 1, Ie, xp + r * pcg);
+        }
+#pragma omp for schedule(dynamic, 1)
+        for (long i = 0; i < n2; i++) {
+            long e = i / nb2, blk = i % nb2;
+            uint32_t r0 = (uint32_t)blk * BR, r1 = Dl - r0 < BR ? Dl : r0 + BR;
+            k3_matmul_rows_xp(isa, &ex[wl[e]].w2, G + (size_t)wo[e] * Ie, Ie, pg ? xp + wo[e] * pcg : NULL, wn[e],
+                              ye + (size_t)wo[e] * Dl, Dl, r0, r1);
+        }
+    }
+    const uint32_t k = z->k;
+    for (uint32_t r = 0; r < rows; r++)
+        memcpy(m->Y + ((size_t)m->tok_of[r] * k + m->slot_of[r]) * Dl, ye + (size_t)r * Dl, Dl * sizeof(float));
+}
+
+/*
  * The routed experts of the batch that this rank owns (dist.h: all of them in one process): each
  * chosen slot (t, j) of m->idx [T][k] whose expert e has k3_dist_owner(e) == this rank gets its
  * expert's output in Y[t][j] [Dl]. xl [T][Dl] is the experts' input.
@@ -60,7 +117,7 @@ k3_err k3_moe_experts(k3_model *m, int layer, uint32_t T, const float *xl, k3_di
 {
     const k3_dims *z = &m->d;
     k3_weights *w = m->w;
-    const uint32_t E = z->E, k = z->k, Dl = z->Dl, Ie = z->Ie;
+    const uint32_t E = z->E, k = z->k, Dl = z->Dl;
     const int me = k3_dist_rank();
     /* the batch's experts, ascending, acquired together */
     uint32_t nu = 0;
@@ -91,28 +148,39 @@ k3_err k3_moe_experts(k3_model *m, int layer, uint32_t T, const float *xl, k3_di
             if (!nw) break;
             experts_wave(m, xl, wl, ws, nw);
         }
-        for (; !waves;) {                 /* cached experts first, the others as their reads land */
-            int uj;
-            if ((err = k3w_experts_next(w, &uj, d))) return err;
+        /* a batch: the experts at hand in waves of one parallel region each, at most WAVE_MAX
+           experts and T rows (xe) per wave */
+        int32_t wl[WAVE_MAX];                                         /* ex index of each */
+        uint32_t wo[WAVE_MAX], wn[WAVE_MAX], rows = 0;                /* first row, rows */
+        int nw = 0;
+        while (!waves) {
+            int nr = k3w_experts_ready(w), got = 0, uj;
+            do {                                                      /* at least one (may wait) */
+                if ((err = k3w_experts_next(w, &uj, d))) return err;
+                if (uj < 0) break;
+                int32_t e = m->uniq[g0 + (uint32_t)uj];
+                if (nw == WAVE_MAX || rows + m->seen[e] > T) {        /* full: compute it first */
+                    experts_batch_wave(m, wl, wo, wn, nw, rows);
+                    nw = 0;
+                    rows = 0;
+                }
+                wl[nw] = uj;
+                wo[nw] = rows;
+                for (uint32_t t = 0; t < T; t++)                      /* the tokens that chose e */
+                    for (uint32_t j = 0; j < k; j++)
+                        if (m->idx[(size_t)t * k + j] == e) {
+                            memcpy(m->xe + (size_t)rows * Dl, xl + (size_t)t * Dl, Dl * sizeof(float));
+                            m->tok_of[rows] = (int32_t)t;
+                            m->slot_of[rows] = (int32_t)j;
+                            rows++;
+                        }
+                wn[nw] = rows - wo[nw];
+                nw++;
+            } while (++got < nr);
+            if (nw) experts_batch_wave(m, wl, wo, wn, nw, rows);      /* what is at hand now */
+            nw = 0;
+            rows = 0;
             if (uj < 0) break;
-            uint32_t u = (uint32_t)uj;
-            int32_t e = m->uniq[g0 + u];
-            uint32_t n = 0;                                           /* tokens that chose e */
-            for (uint32_t t = 0; t < T; t++)
-                for (uint32_t j = 0; j < k; j++)
-                    if (m->idx[(size_t)t * k + j] == e) {
-                        memcpy(m->xe + (size_t)n * Dl, xl + (size_t)t * Dl, Dl * sizeof(float));
-                        m->tok_of[n] = (int32_t)t;
-                        m->slot_of[n] = (int32_t)j;
-                        n++;
-                    }
-            k3_matmul(m->o.isa, &m->ex[u].w1, m->xe, Dl, n, m->g, Ie);  /* [n][Ie] */
-            k3_matmul(m->o.isa, &m->ex[u].w3, m->xe, Dl, n, m->u, Ie);
-            k3_glu(m, m->g, m->u, n * Ie);
-            k3_matmul(m->o.isa, &m->ex[u].w2, m->g, Ie, n, m->ye, Dl);  /* [n][Dl] */
-            for (uint32_t r = 0; r < n; r++)
-                memcpy(m->Y + ((size_t)m->tok_of[r] * k + m->slot_of[r]) * Dl, m->ye + (size_t)r * Dl,
-                       Dl * sizeof(float));
         }
         k3w_experts_release(w, layer);
     }

@@ -95,9 +95,14 @@ void k3_matmul_rows(k3_isa isa, const k3_mat *W, const float *x, size_t ldx, uin
     k3_matmul_rows_xp(isa, W, x, ldx, NULL, T, y, ldy, r0, r1);
 }
 
+int k3_xpack_used(k3_isa isa, uint32_t cols)
+{
+    return k3_isa_supported(isa) && isa != K3_ISA_SCALAR && cols >= 16;
+}
+
 int k3_xpack(k3_isa isa, const float *x, size_t ldx, uint32_t T, uint32_t cols, float *xp)
 {
-    if (!k3_isa_supported(isa) || isa == K3_ISA_SCALAR || T < 2 || cols < 16) return 0;
+    if (!k3_xpack_used(isa, cols)) return 0;
     k3_xpack_avx2(x, ldx, T, cols, xp);                /* AVX2 instructions: on every vector path */
     return 1;
 }
