@@ -10,7 +10,8 @@
  *       distinct matrices, GB/s of weight bytes and ratio to (a);
  *   (d) the same kernel on a cache-resident 256 KiB matrix, repeated: its
  *       instruction-throughput bound; (c) as a ratio to min((a), (d));
- *   (e) matrix-matrix for batches 1, 4, 16, 64 in GFLOPS, ratio to (b);
+ *   (e) matrix-matrix for batches 1, 2, 4, 8, 16, 32, 64 (--quick: 1, 4, 16, 64) in GFLOPS, ratio
+ *       to (b) and to the bound min((b), (a) x flops per weight byte), x packed as the engine does;
  *   (f) for every path the CPU has (scalar on smaller matrices).
  * Prints one Markdown table (docs/PERFORMANCE.md, "Kernels").
  *
@@ -218,9 +219,13 @@ int main(int argc, char **argv)
     const char *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--peak")) {        /* for scripts: the 256-bit FMA peaks only */
+            printf("%.1f %.1f\n", fma_peak(8, 1), fma_peak(8, 2));
+            return 0;
+        }
         else if (!strcmp(argv[i], "--isa") && i + 1 < argc) only = argv[++i];
         else {
-            fprintf(stderr, "usage: bench_kernels [--isa scalar|avx2|avx512] [--quick]\n");
+            fprintf(stderr, "usage: bench_kernels [--isa scalar|avx2|avx512] [--quick] [--peak]\n");
             return 2;
         }
     }
@@ -258,6 +263,7 @@ int main(int argc, char **argv)
     bmat es = make(K3_ENC_MXFP4, 64, 7168);               /* 243 KiB */
     bmat q8s = make(K3_ENC_Q8, 64, 4096);                 /* 264 KiB */
     float *x = xalloc((size_t)64 * 12288 * 4), *y = xalloc((size_t)64 * 12288 * 4);
+    float *xp = xalloc((size_t)64 * 12288 * 4);          /* [64][cols] x packed (k3_xpack) */
     for (size_t i = 0; i < (size_t)64 * 12288; i++) x[i] = (float)((int)(rnd32() % 2001) - 1000) / 1000.0f;
 
     for (int isa = 0; isa < K3_ISA__COUNT; isa++) {
@@ -304,27 +310,34 @@ int main(int argc, char **argv)
                 row(lab, name, th, res, rat);
             }
             /* (e): matrix-matrix */
-            static const uint32_t batches[] = { 1, 4, 16, 64 };
+            static const uint32_t batches[] = { 1, 2, 4, 8, 16, 32, 64 };
             bmat mm = kind == 0 ? q : kind == 2 ? q8 : ex[0];
             if (sc) mm.m.rows /= 32;
             for (int th = 1; th <= 2; th++) {
                 double pk = isa == K3_ISA_AVX512 ? peak512[th] : peak256[th];
-                for (int bi = 0; bi < 4; bi++) {
+                for (int bi = 0; bi < 7; bi++) {
                     uint32_t T = batches[bi];
                     if (sc && T > 4) continue;
+                    if (quick && (T == 2 || T == 8 || T == 32)) continue;
                     double best = 1e30;
                     omp_set_num_threads(th);
                     for (int rep = 0; rep < (sc ? 1 : 3); rep++) {
                         double t0 = now();
-                        k3_matmul((k3_isa)isa, &mm.m, x, mm.m.cols, T, y, mm.m.rows);
+                        /* as the engine multiplies a batch: x packed once per product */
+                        int packed = k3_xpack((k3_isa)isa, x, mm.m.cols, T, mm.m.cols, xp);
+                        k3_matmul_xp((k3_isa)isa, &mm.m, x, mm.m.cols, packed ? xp : NULL, T, y, mm.m.rows);
                         double t = now() - t0;
                         if (t < best) best = t;
                     }
                     double gf = 2.0 * mm.m.rows * mm.m.cols * T / best / 1e9;
+                    /* the bound: the FMA peak, or reading the weights once at the bandwidth */
+                    double bwb = bw[th] * 2.0 * mm.m.rows * mm.m.cols * T / (double)mm.bytes;
+                    double lim = bwb < pk ? bwb : pk;
                     snprintf(lab, sizeof lab, "(e) %s matmul %ux%u, batch %u", kname[kind],
                              mm.m.rows, mm.m.cols, T);
                     snprintf(res, sizeof res, "%.1f GFLOPS", gf);
-                    snprintf(rat, sizeof rat, "%.2f of FMA peak", gf / pk);
+                    snprintf(rat, sizeof rat, "%.2f of FMA peak, **%.2f of min(peak, bandwidth)**", gf / pk,
+                             gf / lim);
                     row(lab, name, th, res, rat);
                 }
             }
@@ -354,5 +367,6 @@ int main(int argc, char **argv)
     drop(&es);
     free(x);
     free(y);
+    free(xp);
     return 0;
 }

@@ -379,6 +379,18 @@ static void run_threads(int enc, uint32_t rows, uint32_t cols, uint32_t T)
         k3_matmul((k3_isa)isa, &t.m, x, ldx, T, y2, ldy);
         for (uint32_t tt = 0; tt < T; tt++)                      /* T separate single-token calls */
             k3_matmul((k3_isa)isa, &t.m, x + tt * ldx, ldx, 1, ys + tt * ldy, ldy);
+        float *xp = malloc((size_t)T * k3_xpack_cols(cols) * 4 + 4), *yp = malloc(ny * 4);  /* [T][cols/16*16] */
+        REQUIRE(xp && yp);
+        int packed = k3_xpack((k3_isa)isa, x, ldx, T, cols, xp);  /* packed once, as the engine does */
+        CHECK(packed == k3_xpack_used((k3_isa)isa, cols));
+        k3_matmul_xp((k3_isa)isa, &t.m, x, ldx, packed ? xp : NULL, T, yp, ldy);
+        size_t dp = 0;
+        for (uint32_t tt = 0; tt < T; tt++)
+            for (uint32_t r = 0; r < rows; r++) dp += !same_bits(y1[tt * ldy + r], yp[tt * ldy + r]);
+        CHECK_MSG(dp == 0, "%s %ux%u T=%u: x packed once and not differ in %zu outputs", k3_isa_name((k3_isa)isa),
+                  rows, cols, T, dp);
+        free(xp);
+        free(yp);
         size_t d12 = 0, d1s = 0;
         for (uint32_t tt = 0; tt < T; tt++)
             for (uint32_t r = 0; r < rows; r++) {
@@ -450,9 +462,19 @@ int main(void)
         for (size_t c = 0; c < sizeof mx_cols / sizeof *mx_cols; c++, n++)
             run_case(K3_ENC_MXFP4, row_counts[n % 10], mx_cols[c], tokens[n % 14], kind);
     }
-    for (uint32_t T = 1; T <= 9; T++) {
+    /* every token count 1-20, 31, 33, 64 and 129 (the register tiles of 3 or 6 tokens and their
+       remainders of 1, 2 and 4, chunks of 32 tokens crossed), odd rows, all three encodings,
+       columns within one panel and across two (1024 columns each, with a BF16 tail) */
+    static const uint32_t sweep[] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20,
+                                      31, 33, 64, 129 };
+    for (size_t i = 0; i < sizeof sweep / sizeof *sweep; i++) {
+        uint32_t T = sweep[i];
         run_case(K3_ENC_BF16, 11, 37, T, 1);
         run_case(K3_ENC_MXFP4, 11, 96, T, 1);
+        run_case(K3_ENC_Q8, 11, 96, T, 1);
+        run_case(K3_ENC_BF16, 37, 1041, T, (int)(i % 4));
+        run_case(K3_ENC_MXFP4, 37, 1088, T, (int)(i % 4));
+        run_case(K3_ENC_Q8, 37, 1088, T, (int)(i % 4));
     }
     for (int i = 0; i < 150; i++) {               /* random shapes */
         int enc = i % 2 ? K3_ENC_MXFP4 : K3_ENC_BF16;
@@ -474,7 +496,6 @@ int main(void)
         for (size_t c = 0; c < sizeof q8_cols / sizeof *q8_cols; c++, n++)
             run_case(K3_ENC_Q8, row_counts[n % 10], q8_cols[c], q8_cols[c] > 2000 ? 1 + (uint32_t)n % 3 : tokens[n % 14],
                      kind);
-    for (uint32_t T = 1; T <= 9; T++) run_case(K3_ENC_Q8, 11, 96, T, 1);
     for (int i = 0; i < 60; i++) run_case(K3_ENC_Q8, 1 + rndn(45), 32 * (1 + rndn(24)), 1 + rndn(i % 5 ? 12 : 40),
                                           (int)rndn(4));
     run_case(K3_ENC_Q8, 9, 1056, 131, 1);
@@ -484,6 +505,9 @@ int main(void)
     /* large enough for k3_matmul to use the threads (rows * cols * T >= 65536) */
     run_threads(K3_ENC_BF16, 300, 250, 1);
     run_threads(K3_ENC_BF16, 133, 77, 9);
+    run_threads(K3_ENC_BF16, 133, 1041, 20);
+    run_threads(K3_ENC_MXFP4, 75, 1088, 31);
+    run_threads(K3_ENC_Q8, 75, 1088, 129);
     run_threads(K3_ENC_MXFP4, 300, 256, 1);
     run_threads(K3_ENC_MXFP4, 133, 128, 7);
     run_threads(K3_ENC_Q8, 300, 256, 1);
