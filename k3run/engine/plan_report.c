@@ -125,7 +125,8 @@ void k3_plan_print(FILE *f, const k3_plan *p, const k3_geometry *g)
     k3_prompt_cost_of(NULL, g, p, p->batch, &pc);
     fprintf(f, "Read from disk per pass of %u prompt tokens (experts: expected, uniform routing)\n", p->batch);
     fprintf(f, "  streamed trunk    %10s\n", hs(p->trunk_streamed, a));
-    fprintf(f, "  expert records    %10s (%.1f)\n", hs((uint64_t)llround(pc.expert_bytes), a), pc.expert_reads);
+    fprintf(f, "  expert records    %10s (%.1f of the %llu, %s each)\n", hs((uint64_t)llround(pc.expert_bytes), a),
+            pc.expert_reads, (unsigned long long)g->n_experts_total, hs(g->expert_record, b));
     fprintf(f, "  embedding rows    %10s\n", hs((uint64_t)llround(pc.embed_bytes), a));
     fprintf(f, "  total             %10s, %s per prompt token\n", hs((uint64_t)llround(pc.read_bytes), a),
             hs((uint64_t)llround(pc.read_bytes / p->batch), b));
@@ -144,8 +145,8 @@ void k3_ttft_print(FILE *f, const k3_ttft_row *rows, int n, double fma_gflops)
 {
     char a[24], b[24], c[24], e[24], t[2][24], io[2][24], dc[24];
     fprintf(f, "Time to first token from an empty context (reads expected, uniform routing; compute at an FMA peak "
-            "of %g GFLOP/s,\na floor; the first token comes after the larger of reads and compute, which overlap)\n",
-            fma_gflops);
+            "of %g GFLOP/s,\na floor; the first token comes after the larger of reads and compute, which overlap; "
+            "decode reads: what a\ngenerated token then reads under that plan)\n", fma_gflops);
     fprintf(f, "  %-7s %-11s %6s %10s %10s %10s %10s %10s %10s %10s %12s\n", "prompt", "batch", "passes", "read",
             "per token", "compute", "I/O 2 GB/s", "I/O 7 GB/s", "at 2 GB/s", "at 7 GB/s", "decode reads");
     for (int r = 0; r < n; r++) {
