@@ -198,7 +198,7 @@ static int plan_cmd(const k3_args *a, const char *src)
     if (ranks > 1) k3i_rank_network(&cfg, &geo, (int)ranks, first, split, split_min, &sent, &recv, &trips);
     /* the time to first token of three prompts (one process): each planned as k3run plans for it, at
        a context that holds it, at the batch asked for and at -b 64 */
-    static k3_ttft_row rows[K3_TTFT_N_PROMPTS];
+    static k3_ttft_row rows[K3_TTFT_N_PROMPTS];     /* [3] one per prompt of k3_ttft_prompts: static (~5 KiB) */
     for (int r = 0; r < K3_TTFT_N_PROMPTS && ranks == 1; r++) {
         uint32_t P = k3_ttft_prompts[r], ctx = context > P ? (uint32_t)context : P;
         rows[r].tokens = P;

@@ -50,10 +50,10 @@ extern const double k3_ttft_bandwidths_gbs[K3_TTFT_N_BANDWIDTHS];  /* 2, 7 */
    prompt) and at -b 64, each at a context of at least the prompt. */
 typedef struct k3_ttft_row {
     uint32_t tokens, context;
-    int fits[2];                 /* [0] the batch asked for, [1] -b 64: 0 when the budget is below the
-                                    plan's minimum at this context */
-    k3_plan plan[2];
-    k3_prompt_cost cost[2];
+    int fits[2];                 /* [2]: [0] the batch asked for, [1] -b 64; 0 when the budget is below
+                                    the plan's minimum at this context */
+    k3_plan plan[2];             /* [2] the plans, as fits */
+    k3_prompt_cost cost[2];      /* [2] the prompt under each */
 } k3_ttft_row;
 /* The table as text (after k3_plan_print) and as JSON ("time_to_first_token"). */
 void k3_ttft_print(FILE *f, const k3_ttft_row *rows, int n, double fma_gflops);
