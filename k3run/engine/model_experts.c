@@ -60,52 +60,81 @@ static void experts_wave(k3_model *m, const float *xl, const int32_t *wl, const 
  * rows beside it, so this changes no bit. xe, ye [rows][Dl]; g, u [rows][Ie].
  */
 #define WAVE_MAX 64                               /* experts per wave */
+typedef struct wave {
+    k3_model *m;
+    const int32_t *wl;                            /* [nw] ex index */
+    const uint32_t *wo, *wn;                      /* [nw] first row, rows */
+    uint32_t rows, Ie, Dl;
+    long nb1, nb2;                                /* 32-row blocks of gate/up, of down */
+    size_t pcx, pcg;                              /* floats per packed row of x, of G */
+    int px, pg;                                   /* x packed, G to be packed */
+} wave;
+
+static void wave_gate_up(const wave *v, long i)   /* item i of 2 nw nb1 */
+{
+    k3_model *m = v->m;
+    long e = i / (2 * v->nb1), r = i % (2 * v->nb1), blk = r % v->nb1;
+    const k3_mat *W = r < v->nb1 ? &m->ex[v->wl[e]].w1 : &m->ex[v->wl[e]].w3;
+    float *y = (r < v->nb1 ? m->g : m->u) + (size_t)v->wo[e] * v->Ie;
+    uint32_t r0 = (uint32_t)blk * K3_KERN_BLOCK, r1 = v->Ie - r0 < K3_KERN_BLOCK ? v->Ie : r0 + K3_KERN_BLOCK;
+    k3_matmul_rows_xp(m->o.isa, W, m->xe + (size_t)v->wo[e] * v->Dl, v->Dl,
+                      v->px ? m->xpk + v->wo[e] * v->pcx : NULL, v->wn[e], y, v->Ie, r0, r1);
+}
+
+static void wave_glu(const wave *v, long j)       /* item j of the 512-element chunks of G */
+{
+    size_t i0 = (size_t)j * 512, all = (size_t)v->rows * v->Ie, n = all - i0 < 512 ? all - i0 : 512;
+    k3_glu_part(v->m, v->m->g + i0, v->m->u + i0, n);
+}
+
+static void wave_pack(const wave *v, long r)      /* row r of G into xpk */
+{
+    if (v->pg) k3_xpack(v->m->o.isa, v->m->g + (size_t)r * v->Ie, v->Ie, 1, v->Ie, v->m->xpk + r * v->pcg);
+}
+
+static void wave_down(const wave *v, long i)      /* item i of nw nb2 */
+{
+    k3_model *m = v->m;
+    long e = i / v->nb2, blk = i % v->nb2;
+    uint32_t r0 = (uint32_t)blk * K3_KERN_BLOCK, r1 = v->Dl - r0 < K3_KERN_BLOCK ? v->Dl : r0 + K3_KERN_BLOCK;
+    k3_matmul_rows_xp(m->o.isa, &m->ex[v->wl[e]].w2, m->g + (size_t)v->wo[e] * v->Ie, v->Ie,
+                      v->pg ? m->xpk + v->wo[e] * v->pcg : NULL, v->wn[e], m->ye + (size_t)v->wo[e] * v->Dl, v->Dl,
+                      r0, r1);
+}
+
 static void experts_batch_wave(k3_model *m, const int32_t *wl, const uint32_t *wo, const uint32_t *wn, int nw,
                                uint32_t rows)
 {
     const k3_dims *z = &m->d;
-    const uint32_t Ie = z->Ie, Dl = z->Dl, BR = K3_KERN_BLOCK;
-    const long nb1 = (long)((Ie + BR - 1) / BR), nb2 = (long)((Dl + BR - 1) / BR);
-    const long n1 = 2L * nw * nb1, n2 = (long)nw * nb2, ng = (long)(((size_t)rows * Ie + 511) / 512);
-    const size_t pcx = k3_xpack_cols(Dl), pcg = k3_xpack_cols(Ie);
-    float *G = m->g, *U = m->u, *xe = m->xe, *ye = m->ye;
-    const k3_expert *ex = m->ex;
-    const k3_isa isa = m->o.isa;
+    wave v = {.m = m, .wl = wl, .wo = wo, .wn = wn, .rows = rows, .Ie = z->Ie, .Dl = z->Dl,
+              .nb1 = (long)((z->Ie + K3_KERN_BLOCK - 1) / K3_KERN_BLOCK),
+              .nb2 = (long)((z->Dl + K3_KERN_BLOCK - 1) / K3_KERN_BLOCK),
+              .pcx = k3_xpack_cols(z->Dl), .pcg = k3_xpack_cols(z->Ie)};
+    const long n1 = 2L * nw * v.nb1, n2 = (long)nw * v.nb2, ng = (long)(((size_t)rows * v.Ie + 511) / 512);
     /* x packed (xpk [rows][pcx]), then G packed (xpk [rows][pcg]) once x's products are done */
-    const int px = (uint64_t)rows * pcx <= m->xpk_cap && k3_xpack(isa, xe, Dl, rows, Dl, m->xpk);
-    const int pg = (uint64_t)rows * pcg <= m->xpk_cap && k3_xpack_used(isa, Ie);
-    float *xp = m->xpk;                                  /* [rows][pcx], then [rows][pcg] */
+    v.px = (uint64_t)rows * v.pcx <= m->xpk_cap && k3_xpack(m->o.isa, m->xe, v.Dl, rows, v.Dl, m->xpk);
+    v.pg = (uint64_t)rows * v.pcg <= m->xpk_cap && k3_xpack_used(m->o.isa, v.Ie);
+    if (omp_get_max_threads() > 1) {
 #pragma omp parallel
-    {
+        {
 #pragma omp for schedule(dynamic, 1)
-        for (long i = 0; i < n1; i++) {
-            long e = i / (2 * nb1), r = i % (2 * nb1), blk = r % nb1;
-            const k3_mat *W = r < nb1 ? &ex[wl[e]].w1 : &ex[wl[e]].w3;
-            float *y = (r < nb1 ? G : U) + (size_t)wo[e] * Ie;
-            uint32_t r0 = (uint32_t)blk * BR, r1 = Ie - r0 < BR ? Ie : r0 + BR;
-            k3_matmul_rows_xp(isa, W, xe + (size_t)wo[e] * Dl, Dl, px ? xp + wo[e] * pcx : NULL, wn[e], y, Ie,
-                              r0, r1);
-        }
+            for (long i = 0; i < n1; i++) wave_gate_up(&v, i);
 #pragma omp for schedule(static)
-        for (long j = 0; j < ng; j++) {
-            size_t i0 = (size_t)j * 512, n = (size_t)rows * Ie - i0 < 512 ? (size_t)rows * Ie - i0 : 512;
-            k3_glu_part(m, G + i0, U + i0, n);
-        }
-        if (pg) {
+            for (long j = 0; j < ng; j++) wave_glu(&v, j);
 #pragma omp for schedule(static)
-            for (long r = 0; r < (long)rows; r++) k3_xpack(isa, G + (size_t)r * Ie, Ie, 1, Ie, xp + r * pcg);
-        }
+            for (long r = 0; r < (long)rows; r++) wave_pack(&v, r);
 #pragma omp for schedule(dynamic, 1)
-        for (long i = 0; i < n2; i++) {
-            long e = i / nb2, blk = i % nb2;
-            uint32_t r0 = (uint32_t)blk * BR, r1 = Dl - r0 < BR ? Dl : r0 + BR;
-            k3_matmul_rows_xp(isa, &ex[wl[e]].w2, G + (size_t)wo[e] * Ie, Ie, pg ? xp + wo[e] * pcg : NULL, wn[e],
-                              ye + (size_t)wo[e] * Dl, Dl, r0, r1);
+            for (long i = 0; i < n2; i++) wave_down(&v, i);
         }
+    } else {                      /* one thread: no region (libgomp allocates a team for each) */
+        for (long i = 0; i < n1; i++) wave_gate_up(&v, i);
+        for (long j = 0; j < ng; j++) wave_glu(&v, j);
+        for (long r = 0; r < (long)rows; r++) wave_pack(&v, r);
+        for (long i = 0; i < n2; i++) wave_down(&v, i);
     }
-    const uint32_t k = z->k;
     for (uint32_t r = 0; r < rows; r++)
-        memcpy(m->Y + ((size_t)m->tok_of[r] * k + m->slot_of[r]) * Dl, ye + (size_t)r * Dl, Dl * sizeof(float));
+        memcpy(m->Y + ((size_t)m->tok_of[r] * z->k + m->slot_of[r]) * v.Dl, m->ye + (size_t)r * v.Dl,
+               v.Dl * sizeof(float));
 }
 
 /*
