@@ -14,18 +14,11 @@
 #include "model_impl.h"
 
 #include <math.h>
+#include <omp.h>
 #include <string.h>
 
+#include "attn.h"
 #include "k3_math.h"
-
-/* BF16 -> fp32, exact (the bits are the top half); inline for the latent loops */
-static inline float bf16f(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
 
 /* Depthwise causal conv + SiLU over T tokens of one projection, in place.
    y: [T][C] pre-conv inputs -> outputs; win: [C][W-1] state, moved past the T tokens unless
@@ -48,22 +41,10 @@ static void short_conv(float *y, float *win, const float *taps, uint32_t C, uint
     }
 }
 
-/* One token's update of one head's state: S <- S * exp(g); u = beta (v - S^T k); S += k u^T.
-   S: [K][K]; g, k, v: [K]; ks: [K] scratch. The one copy of this arithmetic: a verify pass's
-   commit replays it on the same inputs, so its state is the same bits. */
-static void kda_step(float *S, const float *g, const float *k, const float *v, float beta, uint32_t K, float *ks)
-{
-    for (uint32_t a = 0; a < K; a++) {
-        float e = k3_expf(g[a]);
-        for (uint32_t b = 0; b < K; b++) S[a * K + b] = S[a * K + b] * e;
-    }
-    for (uint32_t b = 0; b < K; b++) ks[b] = 0.0f;
-    for (uint32_t a = 0; a < K; a++)
-        for (uint32_t b = 0; b < K; b++) ks[b] = ks[b] + k[a] * S[a * K + b];
-    for (uint32_t b = 0; b < K; b++) ks[b] = beta * (v[b] - ks[b]);       /* u */
-    for (uint32_t a = 0; a < K; a++)
-        for (uint32_t b = 0; b < K; b++) S[a * K + b] = S[a * K + b] + k[a] * ks[b];
-}
+/* The recurrence itself (S <- S * exp(g); u = beta (v - S^T k); S += k u^T; o = S^T q) is
+   k3_kda_tokens (kernels/attn.h), the one copy of this arithmetic: a verify pass's commit replays
+   it on the same inputs, so its state is the same bits. exp(g) is k3_exp_n's, which gives every
+   element k3_expf's bits on every path. */
 
 k3_err k3_kda(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3_diag *d)
 {
@@ -125,7 +106,9 @@ k3_err k3_kda(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3
             memcpy(r + (size_t)KDA_REC_BETA * C, beta + (size_t)t * H, H * sizeof(float));
         }
 
-    /* recurrence per head (kda_step), then o = S^T q; a verify pass runs it on a copy of S */
+    /* recurrence per head, with o = S^T q; a verify pass runs it on a copy of S */
+    float *e = g;                                                     /* [T][C] the decay exp(g), in place */
+    k3_exp_n((int)m->o.isa, e, (size_t)T * C);
     K3_PFOR(1, for (uint32_t hh = 0; hh < H; hh++) {
         float *S = st->S + (size_t)hh * K * K;                       /* [K][V] */
         if (rec) {
@@ -134,15 +117,8 @@ k3_err k3_kda(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3
             S = Sw;
         }
         float *ks = m->headtmp + (size_t)hh * 2 * K;                 /* [K] */
-        for (uint32_t t = 0; t < T; t++) {
-            const float *gt = g + (size_t)t * C + hh * K, *kt = k + (size_t)t * C + hh * K;
-            const float *qt = q + (size_t)t * C + hh * K, *vt = v + (size_t)t * C + hh * K;
-            kda_step(S, gt, kt, vt, beta[(size_t)t * H + hh], K, ks);
-            float *ot = o + (size_t)t * C + hh * K;
-            for (uint32_t b = 0; b < K; b++) ot[b] = 0.0f;
-            for (uint32_t a = 0; a < K; a++)
-                for (uint32_t b = 0; b < K; b++) ot[b] = ot[b] + qt[a] * S[a * K + b];
-        }
+        size_t h0 = (size_t)hh * K;
+        k3_kda_tokens((int)m->o.isa, S, K, T, e + h0, k + h0, v + h0, q + h0, o + h0, C, beta + hh, H, ks);
     });
     /* output gate (of x, pitfall 7) and gated RMSNorm per head */
     float *gate = m->t3;                                              /* [T][C] (g is used up) */
@@ -183,13 +159,89 @@ void k3_kda_commit(k3_model *m, int layer, uint32_t n)
             for (uint32_t i = 0; i < h; i++) win[i] = tmp[n + i];
         }
     K3_PFOR(1, for (uint32_t hh = 0; hh < H; hh++) {
-        float *S = st->S + (size_t)hh * K * K, *ks = m->headtmp + (size_t)hh * 2 * K;
-        for (uint32_t t = 0; t < n; t++) {
+        float *S = st->S + (size_t)hh * K * K;                       /* [K][V] */
+        float *ks = m->headtmp + (size_t)hh * 2 * K, *e = ks + K;     /* [K] scratch, [K] decay */
+        for (uint32_t t = 0; t < n; t++) {                            /* the pass's tokens 0 .. n-1, one at a time */
             const float *r = rec + (size_t)t * RW;
-            kda_step(S, r + (size_t)KDA_REC_G * C + hh * K, r + (size_t)KDA_REC_K * C + hh * K,
-                     r + (size_t)KDA_REC_V * C + hh * K, r[(size_t)KDA_REC_BETA * C + hh], K, ks);
+            memcpy(e, r + (size_t)KDA_REC_G * C + hh * K, K * sizeof(float));
+            k3_exp_n((int)m->o.isa, e, K);
+            k3_kda_tokens((int)m->o.isa, S, K, 1, e, r + (size_t)KDA_REC_K * C + hh * K,
+                          r + (size_t)KDA_REC_V * C + hh * K, NULL, NULL, 0, r + (size_t)KDA_REC_BETA * C + hh, 0, ks);
         }
     });
+}
+
+/* One pass of MLA attention: the T tokens' queries against the latent cache (already holding them). */
+typedef struct mla_job {
+    k3_model *m;
+    const float *q;                           /* [T][Hm*(dn+dr)] queries */
+    float *o;                                 /* [T][Hm*dv] out */
+    const float *cache_c, *cache_kr;          /* [ctx][R], [ctx][dr] */
+    const uint16_t *kvb_w;                    /* [Hm*(dn+dv)][R] BF16 kv_b */
+    uint32_t T;
+    float scale;
+} mla_job;
+
+/* [a, b): thread tid's share of n items, cut at multiples of unit (the vector forms' blocks) */
+static void share(uint32_t n, uint32_t unit, int tid, int nth, uint32_t *a, uint32_t *b)
+{
+    uint64_t units = (n + unit - 1) / unit;
+    uint64_t ua = units * (uint64_t)tid / (uint64_t)nth * unit, ub = units * (uint64_t)(tid + 1) / (uint64_t)nth * unit;
+    *a = (uint32_t)(ua < n ? ua : n);
+    *b = (uint32_t)(ub < n ? ub : n);
+}
+
+/*
+ * Thread tid of nth (every thread of the team calls it; nth = 1 outside a parallel region). Per
+ * token, four steps with a barrier before each:
+ *   1. the scores of every head, the positions shared between the threads;
+ *   2. the softmax of the thread's heads;
+ *   3. ol = sum p c_tau of every head, the columns r shared;
+ *   4. o = W_UV ol for the thread's heads, and their q_hat of the next token.
+ * Each step splits only independent values (attn.h), so every value is the one the single-thread
+ * order computes. Steps 1 and 3 share the cache, not the heads, between the threads: a block of
+ * the cache, once read, serves every head, so a token reads the cache (from memory, at long
+ * contexts) once for its scores and once for its values, whatever the number of heads and threads.
+ */
+static void mla_attend(const mla_job *j, int tid, int nth)
+{
+    k3_model *m = j->m;
+    const k3_dims *z = &m->d;
+    uint32_t Hm = z->Hm, dn = z->dn, dr = z->dr, dv = z->dv, R = z->R, qd = dn + dr;
+    int isa = (int)m->o.isa;
+    size_t ctx = m->o.context;
+    float *ql = m->mla_q, *s = m->mla_s, *ol = m->mla_ol;            /* [Hm][R], [Hm][ctx], [Hm][R] */
+    uint32_t ha, hb, a, b;
+    share(Hm, 1, tid, nth, &ha, &hb);
+    for (uint32_t t = 0; t < j->T; t++) {
+        uint32_t np = (uint32_t)m->pos + t + 1;                       /* positions visible: 0 .. pos+t */
+        const float *qt = j->q + (size_t)t * Hm * qd;                 /* [Hm][dn+dr] */
+        /* q_hat = W_UK_h^T q_nope, in increasing d (the rows of kv_b for the head's nope part) */
+        if (t == 0)
+            for (uint32_t hh = ha; hh < hb; hh++)
+                k3_mla_qhat(isa, ql + (size_t)hh * R, qt + (size_t)hh * qd, j->kvb_w + (size_t)hh * (dn + dv) * R, R, dn, R);
+        if (nth > 1) { _Pragma("omp barrier") }
+        /* scores in k3v_dot's order */
+        share(np, 4, tid, nth, &a, &b);
+        k3_mla_scores(isa, s, ctx, ql, R, qt + dn, qd, Hm, j->cache_c, j->cache_kr, a, b, R, dr, j->scale);
+        if (nth > 1) { _Pragma("omp barrier") }
+        /* softmax: k3_expf's bits, the sum in double in order; s becomes p */
+        for (uint32_t hh = ha; hh < hb; hh++) k3_mla_softmax(isa, s + (size_t)hh * ctx, np);
+        if (nth > 1) { _Pragma("omp barrier") }
+        /* ol = sum over tau of p c_tau */
+        share(R, 8, tid, nth, &a, &b);
+        k3_mla_values(isa, ol, R, s, ctx, Hm, j->cache_c, np, R, a, b);
+        if (nth > 1) { _Pragma("omp barrier") }
+        /* o_h = W_UV_h ol: rows [h*(dn+dv)+dn, (h+1)*(dn+dv)) of kv_b, canonical kernel order */
+        for (uint32_t hh = ha; hh < hb; hh++) {
+            k3_mat uv = {.enc = K3_ENC_BF16, .rows = dv, .cols = R, .data = j->kvb_w + ((size_t)hh * (dn + dv) + dn) * R};
+            k3_matmul_rows(m->o.isa, &uv, ol + (size_t)hh * R, R, 1, j->o + (size_t)t * Hm * dv + (size_t)hh * dv, dv, 0, dv);
+        }
+        if (t + 1 < j->T)                                             /* the next token's q_hat (its scores wait) */
+            for (uint32_t hh = ha; hh < hb; hh++)
+                k3_mla_qhat(isa, ql + (size_t)hh * R, qt + (size_t)Hm * qd + (size_t)hh * qd,
+                            j->kvb_w + (size_t)hh * (dn + dv) * R, R, dn, R);
+    }
 }
 
 k3_err k3_mla(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3_diag *d)
@@ -227,36 +279,12 @@ k3_err k3_mla(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3
     const k3_tensor *kvb = k3w_get(w, layer, K3W_MLA_KVB);             /* [Hm*(dn+dv)][R] BF16 */
     const uint16_t *kvb_w = kvb->mat.data;
     float scale = (float)(1.0 / sqrt((double)qd));
-    for (uint32_t t = 0; t < T; t++) {
-        uint32_t np = m->pos + t + 1;                                 /* positions visible: 0 .. pos+t */
-        K3_PFOR(1, for (uint32_t hh = 0; hh < Hm; hh++) {
-            const float *qn = q + (size_t)t * Hm * qd + (size_t)hh * qd, *qr = qn + dn;
-            float *ql = m->mla_q + (size_t)hh * R, *s = m->mla_s + (size_t)hh * ctx, *ol = m->mla_ol + (size_t)hh * R;
-            /* q_hat = W_UK_h^T q_nope, in increasing d */
-            for (uint32_t r = 0; r < R; r++) ql[r] = 0.0f;
-            for (uint32_t dd = 0; dd < dn; dd++) {
-                const uint16_t *row = kvb_w + ((size_t)hh * (dn + dv) + dd) * R;
-                float qv = qn[dd];
-                for (uint32_t r = 0; r < R; r++) ql[r] = ql[r] + qv * bf16f(row[r]);
-            }
-            float mx = -INFINITY;
-            for (uint32_t tau = 0; tau < np; tau++) {
-                s[tau] = (k3v_dot(ql, cache_c + (size_t)tau * R, R) + k3v_dot(qr, cache_kr + (size_t)tau * dr, dr)) * scale;
-                if (s[tau] > mx) mx = s[tau];
-            }
-            double sum = 0;
-            for (uint32_t tau = 0; tau < np; tau++) { s[tau] = k3_expf(s[tau] - mx); sum += s[tau]; }
-            for (uint32_t r = 0; r < R; r++) ol[r] = 0.0f;
-            for (uint32_t tau = 0; tau < np; tau++) {
-                float p = (float)(s[tau] / sum);
-                const float *cr = cache_c + (size_t)tau * R;
-                for (uint32_t r = 0; r < R; r++) ol[r] = ol[r] + p * cr[r];
-            }
-            /* o_h = W_UV_h ol: rows [h*(dn+dv)+dn, (h+1)*(dn+dv)) of kv_b, canonical kernel order */
-            k3_mat uv = {.enc = K3_ENC_BF16, .rows = dv, .cols = R,
-                         .data = kvb_w + ((size_t)hh * (dn + dv) + dn) * R};
-            k3_matmul_rows(m->o.isa, &uv, ol, R, 1, o + (size_t)t * Hm * dv + (size_t)hh * dv, dv, 0, dv);
-        });
+    mla_job job = {m, q, o, cache_c, cache_kr, kvb_w, T, scale};
+    if (omp_get_max_threads() > 1) {                                  /* as K3_PFOR: no team of one */
+        _Pragma("omp parallel")
+        mla_attend(&job, omp_get_thread_num(), omp_get_num_threads());
+    } else {
+        mla_attend(&job, 0, 1);
     }
     if (c->mla_use_output_gate) {
         if (!fused) k3_lin(m, tx[2], x, T, gt);
