@@ -14,7 +14,7 @@ preset=${1:-small}
 work=${2:-/tmp/k3bench}
 threads=${3:-$(nproc)}
 here=$(cd "$(dirname "$0")/../.." && pwd)
-bin=$here/build/bin
+bin=${K3_BIN:-$here/build/bin}          # K3_BIN: another build's binaries (a before/after)
 PY=/usr/bin/python3
 export OMP_WAIT_POLICY=passive
 mkdir -p "$work"
