@@ -51,11 +51,17 @@ static float unif(void)                                               /* [-1, 1)
     rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
     return (float)((rng >> 40) & 0xFFFFFF) / 8388608.0f - 1.0f;
 }
+static void *allocs[64];                      /* every xalloc, freed by xfree_all */
+static int n_allocs;
 static void *xalloc(size_t n)
 {
     void *p = malloc(n);
-    if (!p) { fprintf(stderr, "bench_attn: out of memory\n"); exit(3); }
-    return p;
+    if (!p || n_allocs == 64) { fprintf(stderr, "bench_attn: out of memory\n"); exit(3); }
+    return allocs[n_allocs++] = p;
+}
+static void xfree_all(void)
+{
+    while (n_allocs) free(allocs[--n_allocs]);
 }
 
 /* ---- peaks: independent chains per thread, in registers ---- */
@@ -361,5 +367,6 @@ int main(int argc, char **argv)
         for (int vi = 1; vi < nv; vi++)
             if (memcmp(ov[vi], ov[0], (size_t)Hm * dv * 4)) printf("MLA: %s differs from before\n", names[vi]);
     }
+    xfree_all();
     return 0;
 }
