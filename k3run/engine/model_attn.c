@@ -8,8 +8,9 @@
  * absorbed form for every token (prompt and decode alike, so a batch equals
  * token-by-token), the sigmoid output gate.
  *
- * The recurrence and the attention run per head in parallel; each head's
- * arithmetic is sequential in a fixed order, so threads change nothing.
+ * The recurrence runs per head in parallel, the attention's steps per head,
+ * position or column (mla_attend); every value's arithmetic is sequential in a
+ * fixed order (kernels/attn.h, scalar and AVX2 alike), so threads change nothing.
  */
 #include "model_impl.h"
 
