@@ -78,8 +78,9 @@ void k3_matmul_rows(k3_isa isa, const k3_mat *W, const float *x, size_t ldx, uin
  * the vector paths rearrange x within each 16-group before they multiply it (docs/KERNELS.md,
  * "Matrix-matrix"). k3_xpack does that once, into xp [T][k3_xpack_cols(cols)], for every product
  * of x with a matrix of `cols` columns (any encoding); it returns 0 and writes nothing where the
- * path does not use it (scalar, or cols < 16). A single token's product does not read xp. The products then take xp beside x (which they still read: the
- * tail of a row whose cols is not a multiple of 16, and single tokens).
+ * path does not use it (scalar, or cols < 16). The products then take xp beside x, which they
+ * still read: for the tail of a row whose cols is not a multiple of 16, and for a single token
+ * (the matrix-vector kernels do not read xp).
  */
 #define k3_xpack_cols(cols) ((cols) / 16u * 16u)
 int k3_xpack(k3_isa isa, const float *x, size_t ldx, uint32_t T, uint32_t cols, float *xp);
