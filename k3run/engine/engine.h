@@ -3,7 +3,8 @@
  * within a memory budget. It opens and checks the pack (weights.h), plans
  * the memory before reading a weight (plan.h, plan_report.h), keeps or
  * streams the trunk and caches experts through reader threads, and computes
- * forward passes to logits (model.h). It knows nothing of text, sampling or
+ * forward passes to logits (model.h), for one conversation or several
+ * sharing each pass (batch.h). It knows nothing of text, sampling or
  * the command line, and uses only the kernels below it.
  *
  * This header is the engine's whole public face: every caller outside
@@ -13,6 +14,7 @@
 #ifndef K3_ENGINE_H
 #define K3_ENGINE_H
 
+#include "batch.h"
 #include "model.h"
 #include "plan.h"
 #include "plan_report.h"

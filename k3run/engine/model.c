@@ -182,24 +182,31 @@ static int alloc_buffers(k3_model *m)
     const k3_dims *z = &m->d;
     k3_model_shape sh;
     const k3_model_shape *s = &sh;
-    k3_model_sizes(z, m->o.max_batch, m->o.context, m->o.all_logits, m->o.max_verify, &sh);
+    uint32_t S = m->o.n_seq ? m->o.n_seq : 1;
+    k3_model_sizes(z, m->o.max_batch, m->o.context, m->o.all_logits, m->o.max_verify, S, &sh);
     int fail = 0;
     m->mla_slot = balloc(m, s, K3B_MLA_SLOT, &fail);
-    m->kda = calloc(z->L, sizeof *m->kda);
-    if (!m->kda) fail = 1;
+    m->seqs = calloc(S, sizeof *m->seqs);
+    m->handles = calloc(S, sizeof *m->handles);
+    if (!m->seqs || !m->handles) return 1;
     uint32_t slot = 0;
-    for (uint32_t i = 0; !fail && i < z->L; i++) {
-        if (k3_layer_is_kda(m->cfg, i)) {
-            m->mla_slot[i] = -1;
-            m->kda[i].win = balloc(m, s, K3B_KDA_WIN, &fail);
-            m->kda[i].S = balloc(m, s, K3B_KDA_S, &fail);
-            if (s->count[K3B_KDA_REC]) m->kda[i].rec = balloc(m, s, K3B_KDA_REC, &fail);
-        } else {
-            m->mla_slot[i] = (int32_t)slot++;
+    for (uint32_t i = 0; !fail && i < z->L; i++) m->mla_slot[i] = k3_layer_is_kda(m->cfg, i) ? -1 : (int32_t)slot++;
+    for (uint32_t q = 0; !fail && q < S; q++) {
+        k3_seq *sq = &m->seqs[q];
+        if (!(sq->kda = calloc(z->L, sizeof *sq->kda))) return 1;
+        for (uint32_t i = 0; !fail && i < z->L; i++) {
+            if (!k3_layer_is_kda(m->cfg, i)) continue;
+            sq->kda[i].win = balloc(m, s, K3B_KDA_WIN, &fail);
+            sq->kda[i].S = balloc(m, s, K3B_KDA_S, &fail);
+            if (s->count[K3B_KDA_REC]) sq->kda[i].rec = balloc(m, s, K3B_KDA_REC, &fail);
         }
+        sq->mla_c = balloc(m, s, K3B_MLA_C, &fail);
+        sq->mla_kr = balloc(m, s, K3B_MLA_KR, &fail);
+        sq->last = balloc(m, s, K3B_SEQ_LAST, &fail);
+        m->handles[q].owner = m;
+        m->handles[q].sq = sq;
     }
-    m->mla_c = balloc(m, s, K3B_MLA_C, &fail);
-    m->mla_kr = balloc(m, s, K3B_MLA_KR, &fail);
+    m->sq = &m->seqs[0];
 
     m->h = balloc(m, s, K3B_H, &fail); m->a_in = balloc(m, s, K3B_A_IN, &fail); m->x = balloc(m, s, K3B_X, &fail);
     m->att = balloc(m, s, K3B_ATT, &fail); m->m_in = balloc(m, s, K3B_M_IN, &fail); m->f = balloc(m, s, K3B_F, &fail);
@@ -236,6 +243,7 @@ static int alloc_buffers(k3_model *m)
         m->seen = balloc(m, s, K3B_SEEN, &fail);
     }
     m->logits = balloc(m, s, K3B_LOGITS, &fail);
+    m->logits_rows = (uint32_t)(s->bytes[K3B_LOGITS] / ((uint64_t)z->V * sizeof(float)));
     if (s->count[K3B_KDA_WORK]) m->kda_work = balloc(m, s, K3B_KDA_WORK, &fail);
     m->xpk = balloc(m, s, K3B_XPK, &fail);
     m->xpk_cap = s->bytes[K3B_XPK] / sizeof(float);
@@ -245,11 +253,18 @@ static int alloc_buffers(k3_model *m)
 
 void k3_model_free(k3_model *m)
 {
-    if (!m) return;
-    if (m->kda)
-        for (uint32_t i = 0; i < m->d.L; i++) { free(m->kda[i].win); free(m->kda[i].S); free(m->kda[i].rec); }
-    free(m->kda);
-    void *bufs[] = {m->mla_slot, m->mla_c, m->mla_kr, m->h, m->a_in, m->x, m->att, m->m_in, m->f, m->blocks,
+    if (!m || m->owner) return;                   /* a handle is freed with its model */
+    for (uint32_t q = 0; m->seqs && q < (m->o.n_seq ? m->o.n_seq : 1); q++) {
+        k3_seq *sq = &m->seqs[q];
+        for (uint32_t i = 0; sq->kda && i < m->d.L; i++) { free(sq->kda[i].win); free(sq->kda[i].S); free(sq->kda[i].rec); }
+        free(sq->kda);
+        free(sq->mla_c);
+        free(sq->mla_kr);
+        free(sq->last);
+    }
+    free(m->seqs);
+    free(m->handles);
+    void *bufs[] = {m->mla_slot, m->h, m->a_in, m->x, m->att, m->m_in, m->f, m->blocks,
                     m->vec, m->vec2, m->t0, m->t1, m->t2, m->t3, m->t4, m->small, m->conv_w, m->convtmp, m->headtmp, m->headvec,
                     m->alog, m->mla_q, m->mla_s, m->mla_ol, m->g, m->u, m->logits_e, m->bias, m->sel, m->idx, m->wts,
                     m->xl, m->yl, m->Y, m->xe, m->ye, m->uniq, m->tok_of, m->slot_of, m->ex, m->seen,
@@ -260,33 +275,47 @@ void k3_model_free(k3_model *m)
     free(m);
 }
 
-void k3_model_reset(k3_model *m)
+#define own k3_owner
+#define cown k3_cowner
+
+k3_model *k3_model_seq(k3_model *m, uint32_t s)
 {
+    m = own(m);
+    if (s >= (m->o.n_seq ? m->o.n_seq : 1)) return NULL;
+    return s == 0 ? m : &m->handles[s];
+}
+uint32_t k3_model_n_seq(const k3_model *m) { m = cown(m); return m->o.n_seq ? m->o.n_seq : 1; }
+uint32_t k3_model_seq_index(const k3_model *m) { return (uint32_t)(m->sq - cown(m)->seqs); }
+
+void k3_model_reset(k3_model *h)
+{
+    k3_model *m = own(h);
     const k3_dims *z = &m->d;
-    m->pos = 0;
-    m->open = 0;
+    k3_seq *sq = h->sq;
+    sq->pos = 0;
+    sq->open = 0;
+    sq->n_logits = 0;
     for (uint32_t i = 0; i < z->L; i++) {
-        if (!m->kda[i].S) continue;
-        memset(m->kda[i].win, 0, 3ull * z->C * (z->W - 1 ? z->W - 1 : 1) * sizeof(float));
-        memset(m->kda[i].S, 0, (size_t)z->H * z->K * z->K * sizeof(float));
+        if (!sq->kda[i].S) continue;
+        memset(sq->kda[i].win, 0, 3ull * z->C * (z->W - 1 ? z->W - 1 : 1) * sizeof(float));
+        memset(sq->kda[i].S, 0, (size_t)z->H * z->K * z->K * sizeof(float));
     }
 }
 
-const float *k3_model_logits(const k3_model *m)
+const float *k3_model_logits(const k3_model *m) { return m->sq->last; }
+const float *k3_model_logits_row(const k3_model *h, uint32_t i)
 {
-    return m->logits + (size_t)(m->n_logits ? m->n_logits - 1 : 0) * m->d.V;
+    const k3_seq *sq = h->sq;
+    if (sq->n_logits == 0) return sq->last;
+    return cown(h)->logits + (size_t)(sq->lrow + (i < sq->n_logits ? i : sq->n_logits - 1)) * cown(h)->d.V;
 }
-const float *k3_model_logits_row(const k3_model *m, uint32_t i)
-{
-    return m->logits + (size_t)(i < m->n_logits ? i : m->n_logits - 1) * m->d.V;
-}
-uint32_t k3_model_n_logits(const k3_model *m) { return m->n_logits; }
-uint32_t k3_model_vocab(const k3_model *m) { return m->d.V; }
-uint32_t k3_model_pos(const k3_model *m) { return m->pos; }
-uint32_t k3_model_context(const k3_model *m) { return m->o.context; }
-uint32_t k3_model_max_batch(const k3_model *m) { return m->o.max_batch; }
-uint32_t k3_model_max_verify(const k3_model *m) { return m->o.max_verify; }
-uint64_t k3_model_scratch_bytes(const k3_model *m) { return m->bytes; }
+uint32_t k3_model_n_logits(const k3_model *m) { return m->sq->n_logits; }
+uint32_t k3_model_vocab(const k3_model *m) { return cown(m)->d.V; }
+uint32_t k3_model_pos(const k3_model *m) { return m->sq->pos; }
+uint32_t k3_model_context(const k3_model *m) { return cown(m)->o.context; }
+uint32_t k3_model_max_batch(const k3_model *m) { return cown(m)->o.max_batch; }
+uint32_t k3_model_max_verify(const k3_model *m) { return cown(m)->o.max_verify; }
+uint64_t k3_model_scratch_bytes(const k3_model *m) { return cown(m)->bytes; }
 
 /* ------------------------------------------------------------------------ */
 /* forward                                                                   */
@@ -338,22 +367,21 @@ static void dump(k3_model *m, const char *name, int layer, uint32_t T, uint32_t 
     if (m->o.dump) m->o.dump(m->o.dump_ctx, name, layer, T, width, f, ids);
 }
 
-/* ids[0..T) through every layer and the head; all_rows: logits for every token. */
-static k3_err pass(k3_model *m, const int32_t *ids, uint32_t T, int all_rows, k3_diag *d)
+/* The groups' rows (T in all) through every layer and the head: logits for each group's last
+   row, or for every row of a verify group (and of every group with all_logits). */
+static k3_err pass(k3_model *m, const k3_group *grp, uint32_t n_grp, uint32_t T, k3_diag *d)
 {
     const k3_dims *z = &m->d;
     const k3_config *c = m->cfg;
-    if (m->open)
-        return k3_fail(d, K3_ERR_INTERNAL, "forward with a verify pass of %u tokens not committed", m->open);
-    if ((uint64_t)m->pos + T > m->o.context)
-        return k3_fail(d, K3_ERR_USAGE, "the context is full (%u positions): use a larger --context",
-                       m->o.context);
     k3_err e;
     size_t D = z->D;
     float eps = (float)c->rms_norm_eps;
-    for (uint32_t t = 0; t < T; t++)
-        if ((e = k3w_embed_row(m->w, ids[t], m->h + t * D, d))) return e;
-    dump(m, "ids", -1, T, 1, NULL, ids);
+    for (uint32_t g = 0; g < n_grp; g++)
+        for (uint32_t t = 0; t < grp[g].T; t++)
+            if ((e = k3w_embed_row(m->w, grp[g].ids[t], m->h + (grp[g].row0 + t) * D, d))) return e;
+    if (m->o.dump && n_grp == 1) dump(m, "ids", -1, T, 1, NULL, grp[0].ids);
+    m->grp = grp;
+    m->n_grp = n_grp;
     uint32_t nb = 0;
     for (uint32_t i = 0; i < z->L; i++) {
         int li = (int)i, ps_none = 0;
@@ -391,45 +419,108 @@ static k3_err pass(k3_model *m, const int32_t *ids, uint32_t T, int all_rows, k3
     if ((e = k3w_layer_begin(m->w, -1, d))) return e;          /* the head */
     if (z->block) { attnres(m, T, nb, m->h, -1, K3W_OUT_RES_NORM, K3W_OUT_RES_PROJ, m->a_in); fin = m->a_in; }
     dump(m, "final_hidden", -1, T, z->D, fin, NULL);
-    uint32_t first = all_rows ? 0 : T - 1, n = T - first;
-    norm_rows(m, k3w_get(m->w, -1, K3W_FINAL_NORM), fin + first * D, n, z->D, eps, m->x);
+    /* the rows that need logits, normed side by side into x, then one product for all */
+    const k3_tensor *fn = k3w_get(m->w, -1, K3W_FINAL_NORM);
+    uint32_t n = 0;
+    for (uint32_t g = 0; g < n_grp; g++) {
+        uint32_t first = grp[g].verify || m->o.all_logits ? 0 : grp[g].T - 1, k = grp[g].T - first;
+        norm_rows(m, fn, fin + (grp[g].row0 + first) * D, k, z->D, eps, m->x + (size_t)n * D);
+        n += k;
+    }
     k3_lin(m, k3w_get(m->w, -1, K3W_LM_HEAD), m->x, n, m->logits);
     k3w_pass_end(m->w);
     if ((e = k3w_check(m->w, d))) return e;                    /* a row piece's read or hash failed */
     if ((e = k3_dist_lin_check(m, d))) return e;
     dump(m, "logits", -1, n, z->V, m->logits, NULL);
-    m->n_logits = n;
+    n = 0;
+    for (uint32_t g = 0; g < n_grp; g++) {
+        k3_seq *sq = grp[g].sq;
+        uint32_t k = grp[g].verify || m->o.all_logits ? grp[g].T : 1;
+        sq->lrow = n;
+        sq->n_logits = k;
+        n += k;
+        if (!grp[g].verify) {
+            memcpy(sq->last, m->logits + (size_t)(n - 1) * z->V, (size_t)z->V * sizeof(float));
+            sq->pos += grp[g].T;
+        } else {
+            sq->open = grp[g].T;
+        }
+    }
     return K3_OK;
 }
 
-k3_err k3_model_forward(k3_model *m, const int32_t *ids, uint32_t T, k3_diag *d)
+/* Check r[0..n) and run them as one pass. */
+static k3_err run_groups(k3_model *m, const k3_model_rows *r, uint32_t n, k3_diag *d)
 {
-    if (T == 0 || T > m->o.max_batch)
-        return k3_fail(d, K3_ERR_INTERNAL, "forward: %u tokens, batch holds %u", T, m->o.max_batch);
-    k3_err e = pass(m, ids, T, m->o.all_logits, d);
-    if (!e) m->pos += T;
+    k3_group grp[K3_PASS_GROUPS_MAX];
+    uint32_t T = 0, rows = 0;
+    if (n == 0 || n > K3_PASS_GROUPS_MAX)
+        return k3_fail(d, K3_ERR_INTERNAL, "a pass of %u groups (at most %u)", n, K3_PASS_GROUPS_MAX);
+    for (uint32_t g = 0; g < n; g++) {
+        k3_model *h = r[g].seq;
+        k3_seq *sq = h->sq;
+        if (own(h) != m) return k3_fail(d, K3_ERR_INTERNAL, "a pass's sequence of another model");
+        for (uint32_t j = 0; j < g; j++)
+            if (grp[j].sq == sq) return k3_fail(d, K3_ERR_INTERNAL, "a sequence twice in one pass");
+        if (r[g].T == 0) return k3_fail(d, K3_ERR_INTERNAL, "a pass's group of 0 tokens");
+        if (r[g].verify && r[g].T > m->o.max_verify)
+            return k3_fail(d, K3_ERR_INTERNAL, "verify: %u tokens, the model was made for %u", r[g].T, m->o.max_verify);
+        if (sq->open)
+            return k3_fail(d, K3_ERR_INTERNAL, "a pass with a verify pass of %u tokens not committed", sq->open);
+        if ((uint64_t)sq->pos + r[g].T > m->o.context)
+            return k3_fail(d, K3_ERR_USAGE, "the context is full (%u positions): use a larger --context",
+                           m->o.context);
+        grp[g] = (k3_group){sq, r[g].ids, T, r[g].T, r[g].verify};
+        T += r[g].T;
+        rows += r[g].verify || m->o.all_logits ? r[g].T : 1;
+    }
+    if (T > m->o.max_batch)
+        return k3_fail(d, K3_ERR_INTERNAL, "a pass of %u tokens, the batch holds %u", T, m->o.max_batch);
+    if (rows > m->logits_rows)
+        return k3_fail(d, K3_ERR_INTERNAL, "a pass needs %u logits rows, the model has %u", rows, m->logits_rows);
+    k3_err e = pass(m, grp, n, T, d);
+    m->grp = NULL;
+    m->n_grp = 0;
     return e;
 }
 
-k3_err k3_model_verify(k3_model *m, const int32_t *ids, uint32_t T, k3_diag *d)
+k3_err k3_model_pass(k3_model *m, const k3_model_rows *r, uint32_t n, k3_diag *d)
 {
-    if (T == 0 || T > m->o.max_verify)
-        return k3_fail(d, K3_ERR_INTERNAL, "verify: %u tokens, the model was made for %u", T, m->o.max_verify);
-    m->verifying = 1;
-    k3_err e = pass(m, ids, T, 1, d);
-    m->verifying = 0;
-    if (!e) m->open = T;
-    return e;
+    return run_groups(own(m), r, n, d);
 }
 
-k3_err k3_model_commit(k3_model *m, uint32_t n, k3_diag *d)
+k3_err k3_model_forward(k3_model *h, const int32_t *ids, uint32_t T, k3_diag *d)
 {
-    uint32_t T = m->open;
+    if (h->bat) return k3_batcher_submit(h->bat, h, ids, T, 0, d);
+    k3_model_rows r = {h, ids, T, 0};
+    return run_groups(own(h), &r, 1, d);
+}
+
+k3_err k3_model_verify(k3_model *h, const int32_t *ids, uint32_t T, k3_diag *d)
+{
+    if (h->bat) return k3_batcher_submit(h->bat, h, ids, T, 1, d);
+    k3_model_rows r = {h, ids, T, 1};
+    return run_groups(own(h), &r, 1, d);
+}
+
+/* Keep the first n tokens of the sequence's open verify pass (model.h "Verify"). */
+k3_err k3_model_commit_now(k3_model *h, uint32_t n, k3_diag *d)
+{
+    k3_model *m = own(h);
+    k3_seq *sq = h->sq;
+    uint32_t T = sq->open;
     if (n == 0 || n > T) return k3_fail(d, K3_ERR_INTERNAL, "commit of %u tokens of a verify pass of %u", n, T);
     for (uint32_t i = 0; i < m->d.L; i++)
-        if (m->kda[i].S) k3_kda_commit(m, (int)i, n);
-    m->open = 0;
-    m->n_logits = n;
-    m->pos += n;
+        if (sq->kda[i].S) k3_kda_commit(m, sq, (int)i, n);
+    memcpy(sq->last, m->logits + (size_t)(sq->lrow + n - 1) * m->d.V, (size_t)m->d.V * sizeof(float));
+    sq->open = 0;
+    sq->n_logits = n;
+    sq->pos += n;
     return K3_OK;
+}
+
+k3_err k3_model_commit(k3_model *h, uint32_t n, k3_diag *d)
+{
+    if (h->bat) return k3_batcher_submit(h->bat, h, NULL, n, 2, d);
+    return k3_model_commit_now(h, n, d);
 }

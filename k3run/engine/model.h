@@ -25,6 +25,7 @@ typedef struct k3_model_opts {
     k3_isa isa;              /* kernel path */
     int all_logits;          /* compute logits for every token of a batch (dumps), not only the last */
     uint32_t max_verify;     /* tokens of a verify pass (k3_model_verify), <= max_batch; 0: none */
+    uint32_t n_seq;          /* sequences held (model.h "Sequences"); 0 or 1: one */
     /* optional hook: every intermediate the reference dumps (attn_out, ffn_out, out per layer,
        final_hidden, logits as [T][width] fp32; experts / expert_weights as [T][k]) */
     void (*dump)(void *ctx, const char *name, int layer, uint32_t T, uint32_t width,
@@ -106,6 +107,33 @@ typedef struct k3_state_part {
 uint32_t k3_model_state_nparts(const k3_model *m);
 k3_err k3_model_state_part(k3_model *m, uint32_t i, uint32_t pos, k3_state_part *p, k3_diag *d);
 k3_err k3_model_state_set_pos(k3_model *m, uint32_t pos, k3_diag *d);
+
+/*
+ * Sequences. A model made with n_seq > 1 holds that many sequences, each with
+ * its own position, KDA states, MLA cache, verify record and last logits: the
+ * state of one conversation. k3_model_seq(m, s) is sequence s's handle (s = 0
+ * is m itself); every call above made on a handle acts on its sequence alone,
+ * and the buffers and weights are the model's. One pass can carry rows of
+ * several sequences (k3_model_pass): the trunk's products and the MoE run once
+ * over all of them (each weight read once per pass), the attention per
+ * sequence. Every value of a row is computed by the same code in the same
+ * order whatever else shares the pass, so each sequence's bits are the ones it
+ * gets alone.
+ */
+k3_model *k3_model_seq(k3_model *m, uint32_t s);      /* NULL: s >= n_seq */
+uint32_t k3_model_n_seq(const k3_model *m);
+uint32_t k3_model_seq_index(const k3_model *m);        /* a handle's s */
+
+typedef struct k3_model_rows {
+    k3_model *seq;           /* the sequence's handle (of this model) */
+    const int32_t *ids;      /* [T] */
+    uint32_t T;
+    int verify;              /* 0: as k3_model_forward, 1: as k3_model_verify */
+} k3_model_rows;
+/* One pass over n groups of rows, each of a different sequence, sum of T <= max_batch: for each
+   group exactly what k3_model_forward (or k3_model_verify) on its handle does. On failure no
+   sequence moved. */
+k3_err k3_model_pass(k3_model *m, const k3_model_rows *r, uint32_t n, k3_diag *d);
 
 /* What k3_model_new allocates for a config, batch and context, without a model: model_shape.h. */
 

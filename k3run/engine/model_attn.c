@@ -54,7 +54,6 @@ k3_err k3_kda(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3
     const k3_config *c = m->cfg;
     k3_weights *w = m->w;
     uint32_t C = z->C, H = z->H, K = z->K, W = z->W;
-    kda_state *st = &m->kda[layer];
     float *q = m->t0, *k = m->t1, *v = m->t2, *g = m->t3, *o = m->t4;   /* [T][C] each */
     {
         const k3_tensor *tq[3] = {k3w_get(w, layer, K3W_KDA_Q), k3w_get(w, layer, K3W_KDA_K), k3w_get(w, layer, K3W_KDA_V)};
@@ -64,14 +63,22 @@ k3_err k3_kda(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3
     float *proj[3] = {q, k, v};
     const k3_wid conv_id[3] = {K3W_KDA_QCONV, K3W_KDA_KCONV, K3W_KDA_VCONV};
     uint32_t RW = KDA_REC(C, H);
-    float *rec = m->verifying ? st->rec : NULL;                      /* [T][RW] */
-    for (int j = 0; rec && j < 3; j++)
-        for (uint32_t t = 0; t < T; t++)
-            memcpy(rec + (size_t)t * RW + (size_t)(KDA_REC_PRE + j) * C, proj[j] + (size_t)t * C, C * sizeof(float));
     for (int j = 0; j < 3; j++) {
         float *taps = m->conv_w + (size_t)j * C * W;                   /* [C][W] */
         k3w_vec(k3w_get(w, layer, conv_id[j]), taps);
-        short_conv(proj[j], st->win + (size_t)j * C * (W - 1), taps, C, W, T, rec != NULL, m->convtmp);
+    }
+    /* each sequence's rows through its own conv window (a verify pass: recorded, the window kept) */
+    for (uint32_t gi = 0; gi < m->n_grp; gi++) {
+        const k3_group *gr = &m->grp[gi];
+        kda_state *st = &gr->sq->kda[layer];
+        float *rec = gr->verify ? st->rec : NULL;                     /* [T][RW] */
+        for (int j = 0; rec && j < 3; j++)
+            for (uint32_t t = 0; t < gr->T; t++)
+                memcpy(rec + (size_t)t * RW + (size_t)(KDA_REC_PRE + j) * C, proj[j] + (size_t)(gr->row0 + t) * C,
+                       C * sizeof(float));
+        for (int j = 0; j < 3; j++)
+            short_conv(proj[j] + (size_t)gr->row0 * C, st->win + (size_t)j * C * (W - 1), m->conv_w + (size_t)j * C * W,
+                       C, W, gr->T, rec != NULL, m->convtmp);
     }
     /* L2 norm per head, then q * K^-0.5 (pitfall 5) */
     float qscale = (float)(1.0 / sqrt((double)K));
@@ -98,29 +105,40 @@ k3_err k3_kda(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3
     k3_lin(m, k3w_get(w, layer, K3W_KDA_B), x, T, beta);
     k3_sigmoid_n((int)m->o.isa, beta, (size_t)T * H);
 
-    if (rec)
-        for (uint32_t t = 0; t < T; t++) {
+    for (uint32_t gi = 0; gi < m->n_grp; gi++) {
+        const k3_group *gr = &m->grp[gi];
+        float *rec = gr->verify ? gr->sq->kda[layer].rec : NULL;      /* [T][RW] */
+        for (uint32_t t = 0; rec && t < gr->T; t++) {
             float *r = rec + (size_t)t * RW;
-            memcpy(r + (size_t)KDA_REC_K * C, k + (size_t)t * C, C * sizeof(float));
-            memcpy(r + (size_t)KDA_REC_V * C, v + (size_t)t * C, C * sizeof(float));
-            memcpy(r + (size_t)KDA_REC_G * C, g + (size_t)t * C, C * sizeof(float));
-            memcpy(r + (size_t)KDA_REC_BETA * C, beta + (size_t)t * H, H * sizeof(float));
+            size_t row = gr->row0 + t;
+            memcpy(r + (size_t)KDA_REC_K * C, k + row * C, C * sizeof(float));
+            memcpy(r + (size_t)KDA_REC_V * C, v + row * C, C * sizeof(float));
+            memcpy(r + (size_t)KDA_REC_G * C, g + row * C, C * sizeof(float));
+            memcpy(r + (size_t)KDA_REC_BETA * C, beta + row * H, H * sizeof(float));
         }
+    }
 
-    /* recurrence per head, with o = S^T q; a verify pass runs it on a copy of S */
+    /* recurrence per sequence and head, with o = S^T q; a verify pass runs it on a copy of S */
     float *e = g;                                                     /* [T][C] the decay exp(g), in place */
     k3_exp_n((int)m->o.isa, e, (size_t)T * C);
-    K3_PFOR(1, for (uint32_t hh = 0; hh < H; hh++) {
-        float *S = st->S + (size_t)hh * K * K;                       /* [K][V] */
-        if (rec) {
-            float *Sw = m->kda_work + (size_t)hh * K * K;
-            memcpy(Sw, S, (size_t)K * K * sizeof(float));
-            S = Sw;
-        }
-        float *ks = m->headtmp + (size_t)hh * 2 * K;                 /* [K] */
-        size_t h0 = (size_t)hh * K;
-        k3_kda_tokens((int)m->o.isa, S, K, T, e + h0, k + h0, v + h0, q + h0, o + h0, C, beta + hh, H, ks);
-    });
+    for (uint32_t gi = 0; gi < m->n_grp; gi++) {
+        const k3_group *gr = &m->grp[gi];
+        kda_state *st = &gr->sq->kda[layer];
+        int verify = gr->verify;
+        size_t r0 = gr->row0;
+        uint32_t n = gr->T;
+        K3_PFOR(1, for (uint32_t hh = 0; hh < H; hh++) {
+            float *S = st->S + (size_t)hh * K * K;                   /* [K][V] */
+            if (verify) {
+                float *Sw = m->kda_work + (size_t)hh * K * K;
+                memcpy(Sw, S, (size_t)K * K * sizeof(float));
+                S = Sw;
+            }
+            float *ks = m->headtmp + (size_t)hh * 2 * K;             /* [K] */
+            size_t h0 = r0 * C + (size_t)hh * K;
+            k3_kda_tokens((int)m->o.isa, S, K, n, e + h0, k + h0, v + h0, q + h0, o + h0, C, beta + r0 * H + hh, H, ks);
+        });
+    }
     /* output gate (of x, pitfall 7) and gated RMSNorm per head */
     float *gate = m->t3;                                              /* [T][C] (g is used up) */
     if (c->kda_full_rank_gate) {
@@ -144,11 +162,11 @@ k3_err k3_kda(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3
     return K3_OK;
 }
 
-void k3_kda_commit(k3_model *m, int layer, uint32_t n)
+void k3_kda_commit(k3_model *m, k3_seq *sq, int layer, uint32_t n)
 {
     const k3_dims *z = &m->d;
     uint32_t C = z->C, H = z->H, K = z->K, h = z->W - 1, RW = KDA_REC(C, H);
-    kda_state *st = &m->kda[layer];
+    kda_state *st = &sq->kda[layer];
     const float *rec = st->rec;                                       /* [T][RW] */
     /* conv windows: the last W-1 of (window, pre-conv inputs of tokens 0..n) per channel */
     for (uint32_t j = 0; j < 3 && h; j++)
@@ -179,7 +197,7 @@ typedef struct mla_job {
     float *o;                                 /* [T][Hm*dv] out */
     const float *cache_c, *cache_kr;          /* [ctx][R], [ctx][dr] */
     const uint16_t *kvb_w;                    /* [Hm*(dn+dv)][R] BF16 kv_b */
-    uint32_t T;
+    uint32_t T, pos;                          /* tokens, and the position of the first */
     float scale;
 } mla_job;
 
@@ -215,7 +233,7 @@ static void mla_attend(const mla_job *j, int tid, int nth)
     uint32_t ha, hb, a, b;
     share(Hm, 1, tid, nth, &ha, &hb);
     for (uint32_t t = 0; t < j->T; t++) {
-        uint32_t np = (uint32_t)m->pos + t + 1;                       /* positions visible: 0 .. pos+t */
+        uint32_t np = j->pos + t + 1;                       /* positions visible: 0 .. pos+t */
         const float *qt = j->q + (size_t)t * Hm * qd;                 /* [Hm][dn+dr] */
         /* q_hat = W_UK_h^T q_nope, in increasing d (the rows of kv_b for the head's nope part) */
         if (t == 0)
@@ -270,22 +288,27 @@ k3_err k3_mla(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3
     }
     if (!fused) k3_lin(m, tx[1], x, T, ckv);
     size_t slot = (size_t)m->mla_slot[layer], ctx = m->o.context;
-    float *cache_c = m->mla_c + slot * ctx * R, *cache_kr = m->mla_kr + slot * ctx * dr;   /* [ctx][R], [ctx][dr] */
     k3w_vec(k3w_get(w, layer, K3W_MLA_KVANORM), m->headvec);
-    for (uint32_t t = 0; t < T; t++) {
-        size_t p = m->pos + t;
-        k3v_rmsnorm(cache_c + p * R, ckv + (size_t)t * (R + dr), m->headvec, R, 1e-6f);   /* eps 1e-6 (pitfall 3) */
-        memcpy(cache_kr + p * dr, ckv + (size_t)t * (R + dr) + R, dr * sizeof(float));  /* k_rope: not normed */
-    }
     const k3_tensor *kvb = k3w_get(w, layer, K3W_MLA_KVB);             /* [Hm*(dn+dv)][R] BF16 */
     const uint16_t *kvb_w = kvb->mat.data;
     float scale = (float)(1.0 / sqrt((double)qd));
-    mla_job job = {m, q, o, cache_c, cache_kr, kvb_w, T, scale};
-    if (omp_get_max_threads() > 1) {                                  /* as K3_PFOR: no team of one */
-        _Pragma("omp parallel")
-        mla_attend(&job, omp_get_thread_num(), omp_get_num_threads());
-    } else {
-        mla_attend(&job, 0, 1);
+    for (uint32_t gi = 0; gi < m->n_grp; gi++) {                      /* each sequence against its own cache */
+        const k3_group *gr = &m->grp[gi];
+        k3_seq *sq = gr->sq;
+        float *cache_c = sq->mla_c + slot * ctx * R, *cache_kr = sq->mla_kr + slot * ctx * dr;   /* [ctx][R], [ctx][dr] */
+        for (uint32_t t = 0; t < gr->T; t++) {
+            size_t p = sq->pos + t, row = gr->row0 + t;
+            k3v_rmsnorm(cache_c + p * R, ckv + row * (R + dr), m->headvec, R, 1e-6f);   /* eps 1e-6 (pitfall 3) */
+            memcpy(cache_kr + p * dr, ckv + row * (R + dr) + R, dr * sizeof(float));  /* k_rope: not normed */
+        }
+        mla_job job = {m, q + (size_t)gr->row0 * Hm * qd, o + (size_t)gr->row0 * Hm * dv, cache_c, cache_kr, kvb_w,
+                       gr->T, sq->pos, scale};
+        if (omp_get_max_threads() > 1) {                              /* as K3_PFOR: no team of one */
+            _Pragma("omp parallel")
+            mla_attend(&job, omp_get_thread_num(), omp_get_num_threads());
+        } else {
+            mla_attend(&job, 0, 1);
+        }
     }
     if (c->mla_use_output_gate) {
         if (!fused) k3_lin(m, tx[2], x, T, gt);

@@ -23,19 +23,42 @@ typedef struct kda_state {
 #define KDA_REC(C, H) (6u * (C) + (H))
 enum { KDA_REC_PRE = 0, KDA_REC_K = 3, KDA_REC_V = 4, KDA_REC_G = 5, KDA_REC_BETA = 6 };   /* x C */
 
+/* One sequence's state (model.h "Sequences"): everything a conversation owns. */
+typedef struct k3_seq {
+    uint32_t pos;                 /* tokens processed */
+    uint32_t open;                /* tokens of a verify pass not yet committed (0: none) */
+    uint32_t n_logits, lrow;      /* logits rows of its last pass: m->logits rows [lrow, lrow + n_logits) */
+    float *last;                  /* [V] the last processed token's logits (kept while other sequences pass) */
+    kda_state *kda;               /* [L] (NULL buffers for MLA layers) */
+    float *mla_c;                 /* [n_mla][context][R] normed latents */
+    float *mla_kr;                /* [n_mla][context][dr] raw k_rope */
+} k3_seq;
+
+/* A pass's rows of one sequence: rows [row0, row0 + T) of the pass are ids[0 .. T). */
+typedef struct k3_group {
+    k3_seq *sq;
+    const int32_t *ids;           /* [T] */
+    uint32_t row0, T;
+    int verify;                   /* a verify pass (model.h "Verify"): KDA layers record, their states stay */
+} k3_group;
+
+/* A model is its owner (owner NULL: the buffers, the weights, sequence 0) or a handle of one of
+   its other sequences (k3_model_seq: only owner and sq are set). */
 struct k3_model {
+    struct k3_model *owner;       /* a handle's model, NULL in the model itself */
+    k3_seq *sq;                   /* this handle's sequence */
+    k3_seq *seqs;                 /* [n_seq] (the owner's) */
+    struct k3_model *handles;     /* [n_seq] sequence s's handle (handles[0] unused: the owner is sequence 0) */
+    const k3_group *grp;          /* [n_grp] the pass being computed */
+    uint32_t n_grp;
+    struct k3_batcher *bat;       /* passes shared between threads (batch.h), NULL: each call runs its pass */
+
     k3_weights *w;
     const k3_config *cfg;
     k3_model_opts o;
     k3_dims d;
-    uint32_t pos;
-    uint32_t open;                /* tokens of a verify pass not yet committed (0: none) */
-    int verifying;                /* inside k3_model_verify: KDA layers record, their states stay */
     float *kda_work;              /* [H][K][K] a verify pass's working copy of one layer's S (or NULL) */
     int32_t *mla_slot;            /* [L] index of a layer's MLA cache, -1 for KDA layers */
-    kda_state *kda;               /* [L] (NULL buffers for MLA layers) */
-    float *mla_c;                 /* [n_mla][context][R] normed latents */
-    float *mla_kr;                /* [n_mla][context][dr] raw k_rope */
 
     /* residual stream, [B][D] each (B = max_batch) */
     float *h, *a_in, *x, *att, *m_in, *f;
@@ -72,8 +95,9 @@ struct k3_model {
 
     float *xpk;                   /* [B][widest input] a batch's x packed for its products (k3_xpack) */
     uint64_t xpk_cap;             /* floats of xpk */
-    float *logits;                /* [B or 1][V] */
-    uint32_t n_logits;            /* rows of logits from the last forward */
+    float *logits;                /* [rows][V] a pass's logits rows (model_shape.c: 1, B with all_logits,
+                                     a verify pass's, one per sequence) */
+    uint32_t logits_rows;         /* rows of logits */
     uint64_t bytes;               /* everything above (= k3_model_shape total for its dims) */
     float *dist_rows;             /* [B*k][Dl] expert outputs to or from another rank (model_dist.c; NULL in one
                                      process; not in the plan: docs/PERFORMANCE.md "Experts across ranks") */
@@ -91,6 +115,17 @@ typedef struct dist_lin {
     k3_diag d;
 } dist_lin;
 
+/* The model a handle belongs to (the model itself for sequence 0). */
+static inline k3_model *k3_owner(k3_model *m) { return m->owner ? m->owner : m; }
+static inline const k3_model *k3_cowner(const k3_model *m) { return m->owner ? m->owner : m; }
+
+/* Groups in one pass at most (a pass's sequences). */
+#define K3_PASS_GROUPS_MAX 256
+/* k3_model_commit itself (the batcher runs it between passes). */
+k3_err k3_model_commit_now(k3_model *h, uint32_t n, k3_diag *d);
+/* A handle's call through its batcher (batch.c): op 0 forward, 1 verify, 2 commit (T: n). */
+k3_err k3_batcher_submit(struct k3_batcher *b, k3_model *h, const int32_t *ids, uint32_t T, int op, k3_diag *d);
+
 /* Fixed-order helpers (model_ops.c). The same code runs on every ISA. */
 float k3v_dot(const float *a, const float *b, uint32_t n);     /* 8 lanes, fixed tree */
 double k3v_sumsq(const float *a, uint32_t n);                   /* in order, double */
@@ -103,7 +138,7 @@ void k3_glu_part(const k3_model *m, float *g, const float *u, size_t n);
 /* Layers (model_attn.c, model_ffn.c): x [T][D] normed input -> out [T][D]. */
 k3_err k3_kda(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3_diag *d);
 /* Keep the first n tokens of the verify pass recorded in KDA layer `layer` (model.h "Verify"). */
-void k3_kda_commit(k3_model *m, int layer, uint32_t n);
+void k3_kda_commit(k3_model *m, k3_seq *sq, int layer, uint32_t n);
 k3_err k3_mla(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3_diag *d);
 k3_err k3_dense(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3_diag *d);
 k3_err k3_moe(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3_diag *d);

@@ -51,17 +51,18 @@ static void buf(k3_model_shape *s, k3_buf b, uint64_t elems, uint64_t esz, uint3
 }
 
 void k3_model_sizes(const k3_dims *z, uint32_t batch, uint32_t context, int all_logits, uint32_t verify,
-                    k3_model_shape *s)
+                    uint32_t n_seq, k3_model_shape *s)
 {
     memset(s, 0, sizeof *s);
     s->d = *z;
-    uint64_t B = batch, ctx = context;
+    uint64_t B = batch, ctx = context, S = n_seq ? n_seq : 1;
+    s->n_seq = (uint32_t)S;
     uint32_t n_kda = z->L - z->n_mla;
     buf(s, K3B_MLA_SLOT, z->L, sizeof(int32_t), 1);
-    buf(s, K3B_KDA_WIN, 3ull * z->C * (z->W - 1 ? z->W - 1 : 1), sizeof(float), n_kda);
-    buf(s, K3B_KDA_S, (uint64_t)z->H * z->K * z->K, sizeof(float), n_kda);
-    buf(s, K3B_MLA_C, (uint64_t)z->n_mla * ctx * z->R, sizeof(float), 1);
-    buf(s, K3B_MLA_KR, (uint64_t)z->n_mla * ctx * z->dr, sizeof(float), 1);
+    buf(s, K3B_KDA_WIN, 3ull * z->C * (z->W - 1 ? z->W - 1 : 1), sizeof(float), n_kda * (uint32_t)S);
+    buf(s, K3B_KDA_S, (uint64_t)z->H * z->K * z->K, sizeof(float), n_kda * (uint32_t)S);
+    buf(s, K3B_MLA_C, (uint64_t)z->n_mla * ctx * z->R, sizeof(float), (uint32_t)S);
+    buf(s, K3B_MLA_KR, (uint64_t)z->n_mla * ctx * z->dr, sizeof(float), (uint32_t)S);
 
     uint64_t BD = B * z->D;
     for (k3_buf b = K3B_H; b <= K3B_F; b++) buf(s, b, BD, 4, 1);
@@ -105,32 +106,39 @@ void k3_model_sizes(const k3_dims *z, uint32_t batch, uint32_t context, int all_
     buf(s, K3B_SLOT_OF, nk, 4, moe);
     buf(s, K3B_EX, nu, sizeof(k3_expert), moe);
     buf(s, K3B_SEEN, z->E, 4, moe);
-    uint64_t rows = all_logits ? B : 1;
-    if (verify > rows) rows = verify;
+    /* the logits rows of a pass: its last token's (one per sequence), every token's with
+       all_logits, a verify pass's tokens (of each sequence) */
+    uint64_t rows = all_logits ? B : 1, vrows = S * (verify ? verify : 1);
+    if (vrows > B) vrows = B;
+    if (vrows > rows) rows = vrows;
     buf(s, K3B_LOGITS, rows * (uint64_t)z->V, 4, 1);
     /* a verify pass leaves the KDA states as they were and records what their update needs
        (model_attn.c): per KDA layer [verify][6C + H], and one layer's working copy [H][K][K] */
     uint32_t vk = verify && n_kda ? 1 : 0;
-    buf(s, K3B_KDA_REC, (uint64_t)verify * (6ull * z->C + z->H), 4, vk ? n_kda : 0);
+    buf(s, K3B_KDA_REC, (uint64_t)verify * (6ull * z->C + z->H), 4, vk ? n_kda * (uint32_t)S : 0);
     buf(s, K3B_KDA_WORK, (uint64_t)z->H * z->K * z->K, 4, vk);
-    s->verify_bytes = vk ? s->bytes[K3B_KDA_REC] * n_kda + s->bytes[K3B_KDA_WORK] : 0;
+    s->verify_bytes = vk ? s->bytes[K3B_KDA_REC] * n_kda * S + s->bytes[K3B_KDA_WORK] : 0;
     /* a batch's input packed once for all the row blocks of its products (kern.h k3_xpack):
        [B][the widest input of any product]; a model of one token per pass needs none */
     uint32_t xw = umax(umax(umax(z->D, z->C), umax(z->fa_rank, z->ga_rank)),
                        umax(umax(z->Q, z->Hm * z->dv), umax(umax(z->I, z->Ish), umax(z->Ie, z->Dl))));
     buf(s, K3B_XPK, B >= 2 ? B * xw : 0, 4, 1);
-    if (verify > 1) s->verify_bytes += (rows - (all_logits ? B : 1)) * (uint64_t)z->V * 4;
+    uint64_t rows0 = all_logits ? B : (S < B ? S : B);               /* the rows without verify passes */
+    if (verify > 1 && rows > rows0) s->verify_bytes += (rows - rows0) * (uint64_t)z->V * 4;
+    buf(s, K3B_SEQ_LAST, z->V, 4, (uint32_t)S);
 
     s->kda_bytes = n_kda * (3ull * z->C * (z->W - 1 ? z->W - 1 : 1) + (uint64_t)z->H * z->K * z->K) * sizeof(float);
     s->mla_bytes = (uint64_t)z->n_mla * context * (z->R + z->dr) * sizeof(float);
+    s->seq_bytes = s->bytes[K3B_KDA_WIN] * n_kda + s->bytes[K3B_KDA_S] * n_kda + s->bytes[K3B_MLA_C] +
+                   s->bytes[K3B_MLA_KR] + (vk ? s->bytes[K3B_KDA_REC] * n_kda : 0) + s->bytes[K3B_SEQ_LAST];
 }
 
 k3_err k3_model_shape_from_config(const k3_config *c, uint32_t batch, uint32_t context, int all_logits,
-                                  uint32_t verify, k3_model_shape *s, k3_diag *d)
+                                  uint32_t verify, uint32_t n_seq, k3_model_shape *s, k3_diag *d)
 {
     k3_dims z;
     k3_err e = k3_model_dims(c, &z, d);
     if (e) return e;
-    k3_model_sizes(&z, batch, context, all_logits, verify, s);
+    k3_model_sizes(&z, batch, context, all_logits, verify, n_seq, s);
     return K3_OK;
 }

@@ -32,18 +32,22 @@ typedef enum k3_buf {
     K3B_HEADTMP, K3B_ALOG, K3B_MLA_Q, K3B_MLA_S, K3B_MLA_OL,
     K3B_G, K3B_U, K3B_LOGITS_E, K3B_BIAS, K3B_SEL, K3B_IDX, K3B_WTS, K3B_XL, K3B_YL, K3B_Y,
     K3B_XE, K3B_YE, K3B_UNIQ, K3B_TOK_OF, K3B_SLOT_OF, K3B_EX, K3B_SEEN, K3B_LOGITS,
-    K3B_KDA_REC, K3B_KDA_WORK, K3B_XPK,
+    K3B_KDA_REC, K3B_KDA_WORK, K3B_XPK, K3B_SEQ_LAST,
     K3B__COUNT
 } k3_buf;
 
 typedef struct k3_model_shape {
     k3_dims d;
     uint64_t bytes[K3B__COUNT];   /* bytes of one instance (64 for an empty one) */
-    uint32_t count[K3B__COUNT];   /* instances: 1; KDA layers for K3B_KDA_*; 0 when not allocated (MoE
-                                     scratch of a model without experts) */
+    uint32_t count[K3B__COUNT];   /* instances: 1; KDA layers x sequences for K3B_KDA_WIN/S/REC, sequences
+                                     for K3B_MLA_C/KR and K3B_SEQ_LAST; 0 when not allocated (MoE scratch
+                                     of a model without experts) */
     uint64_t total;               /* sum of bytes x count: what k3_model_new allocates */
-    uint64_t kda_bytes;           /* of it, the KDA states (for the plan's report) */
-    uint64_t mla_bytes;           /* of it, the MLA latent cache for the context */
+    uint64_t kda_bytes;           /* of it, one sequence's KDA states (for the plan's report) */
+    uint64_t mla_bytes;           /* of it, one sequence's MLA latent cache for the context */
+    uint64_t seq_bytes;           /* of it, one sequence's whole state: KDA states, MLA cache, its
+                                     verify record, its last logits row */
+    uint32_t n_seq;
     uint64_t verify_bytes;        /* of it, what a verify pass of drafted tokens adds (0 without) */
 } k3_model_shape;
 
@@ -51,14 +55,15 @@ typedef struct k3_model_shape {
    pack's own). A config the model cannot run is refused naming the field. */
 k3_err k3_model_dims(const k3_config *c, k3_dims *z, k3_diag *d);
 
-/* Every buffer for dims z, prompt batches of `batch` tokens and `context` positions
+/* Every buffer for dims z, passes of `batch` rows and `context` positions per sequence
    (all_logits: logits for every token of a batch, as --dump needs, not only the last;
-   verify: tokens of a speculative verify pass, <= batch, 0 = none: model.h "Verify"). */
+   verify: tokens of a speculative verify pass, <= batch, 0 = none: model.h "Verify";
+   n_seq: sequences held, >= 1: model.h "Sequences"). */
 void k3_model_sizes(const k3_dims *z, uint32_t batch, uint32_t context, int all_logits, uint32_t verify,
-                    k3_model_shape *s);
+                    uint32_t n_seq, k3_model_shape *s);
 
 /* k3_model_dims then k3_model_sizes: what k3_model_new would allocate (the planner's input). */
 k3_err k3_model_shape_from_config(const k3_config *c, uint32_t batch, uint32_t context, int all_logits,
-                                  uint32_t verify, k3_model_shape *s, k3_diag *d);
+                                  uint32_t verify, uint32_t n_seq, k3_model_shape *s, k3_diag *d);
 
 #endif

@@ -29,18 +29,20 @@ static uint64_t s_floats(const k3_dims *z) { return (uint64_t)z->H * z->K * z->K
 static uint32_t n_kda(const k3_model *m)
 {
     uint32_t n = 0;
-    for (uint32_t i = 0; i < m->d.L; i++) n += m->kda[i].S != NULL;
+    for (uint32_t i = 0; i < m->d.L; i++) n += m->seqs[0].kda[i].S != NULL;
     return n;
 }
 
-uint64_t k3_model_snap_bytes(const k3_model *m)
+uint64_t k3_model_snap_bytes(const k3_model *h)
 {
+    const k3_model *m = k3_cowner(h);
     return (uint64_t)n_kda(m) * (win_floats(&m->d) + s_floats(&m->d)) * sizeof(float) +
            (uint64_t)m->d.V * sizeof(float);
 }
 
-k3_err k3_model_snap_new(const k3_model *m, k3_model_snap **out, k3_diag *d)
+k3_err k3_model_snap_new(const k3_model *h, k3_model_snap **out, k3_diag *d)
 {
+    const k3_model *m = k3_cowner(h);
     k3_model_snap *s = calloc(1, sizeof *s);
     if (s) s->bytes = k3_model_snap_bytes(m);
     if (!s || !(s->buf = malloc((size_t)s->bytes))) {
@@ -62,39 +64,41 @@ void k3_model_snap_free(k3_model_snap *s)
 
 uint32_t k3_model_snap_pos(const k3_model_snap *s) { return s->pos; }
 
-void k3_model_snap_take(const k3_model *m, k3_model_snap *s)
+void k3_model_snap_take(const k3_model *h, k3_model_snap *s)
 {
-    const k3_dims *z = &m->d;
+    const k3_dims *z = &k3_cowner(h)->d;
+    const k3_seq *sq = h->sq;
     float *p = s->buf;
     for (uint32_t i = 0; i < z->L; i++) {
-        if (!m->kda[i].S) continue;
-        memcpy(p, m->kda[i].win, win_floats(z) * sizeof(float));
+        if (!sq->kda[i].S) continue;
+        memcpy(p, sq->kda[i].win, win_floats(z) * sizeof(float));
         p += win_floats(z);
-        memcpy(p, m->kda[i].S, s_floats(z) * sizeof(float));
+        memcpy(p, sq->kda[i].S, s_floats(z) * sizeof(float));
         p += s_floats(z);
     }
-    memcpy(p, k3_model_logits(m), (size_t)z->V * sizeof(float));
-    s->pos = m->pos;
+    memcpy(p, sq->last, (size_t)z->V * sizeof(float));
+    s->pos = sq->pos;
 }
 
-k3_err k3_model_snap_restore(k3_model *m, const k3_model_snap *s, k3_diag *d)
+k3_err k3_model_snap_restore(k3_model *h, const k3_model_snap *s, k3_diag *d)
 {
-    const k3_dims *z = &m->d;
-    if (s->pos == UINT32_MAX || s->pos > m->pos)
+    const k3_dims *z = &k3_owner(h)->d;
+    k3_seq *sq = h->sq;
+    if (s->pos == UINT32_MAX || s->pos > sq->pos)
         return k3_fail(d, K3_ERR_INTERNAL, "snapshot at position %u cannot be restored at position %u", s->pos,
-                       m->pos);
+                       sq->pos);
     const float *p = s->buf;
     for (uint32_t i = 0; i < z->L; i++) {
-        if (!m->kda[i].S) continue;
-        memcpy(m->kda[i].win, p, win_floats(z) * sizeof(float));
+        if (!sq->kda[i].S) continue;
+        memcpy(sq->kda[i].win, p, win_floats(z) * sizeof(float));
         p += win_floats(z);
-        memcpy(m->kda[i].S, p, s_floats(z) * sizeof(float));
+        memcpy(sq->kda[i].S, p, s_floats(z) * sizeof(float));
         p += s_floats(z);
     }
-    memcpy(m->logits, p, (size_t)z->V * sizeof(float));
-    m->n_logits = 1;
-    m->pos = s->pos;
-    m->open = 0;
+    memcpy(sq->last, p, (size_t)z->V * sizeof(float));
+    sq->n_logits = 0;
+    sq->pos = s->pos;
+    sq->open = 0;
     return K3_OK;
 }
 
@@ -103,40 +107,43 @@ k3_err k3_model_snap_restore(k3_model *m, const k3_model_snap *s, k3_diag *d)
 
 /* Parts: for each layer in order, KDA "kda.L.win", "kda.L.S" or MLA "mla.L.c", "mla.L.kr"
    (rows [0, pos)); then "logits". */
-uint32_t k3_model_state_nparts(const k3_model *m) { return 2 * m->d.L + 1; }
+uint32_t k3_model_state_nparts(const k3_model *m) { return 2 * k3_cowner(m)->d.L + 1; }
 
-k3_err k3_model_state_part(k3_model *m, uint32_t i, uint32_t pos, k3_state_part *p, k3_diag *d)
+k3_err k3_model_state_part(k3_model *h, uint32_t i, uint32_t pos, k3_state_part *p, k3_diag *d)
 {
+    k3_model *m = k3_owner(h);
+    k3_seq *sq = h->sq;
     const k3_dims *z = &m->d;
     if (i >= k3_model_state_nparts(m) || pos > m->o.context)
         return k3_fail(d, K3_ERR_INTERNAL, "state part %u at position %u", i, pos);
     memset(p, 0, sizeof *p);
     if (i == 2 * z->L) {
         snprintf(p->name, sizeof p->name, "logits");
-        p->data = m->logits + (size_t)(m->n_logits ? m->n_logits - 1 : 0) * z->V;
+        p->data = sq->last;
         p->bytes = (uint64_t)z->V * sizeof(float);
         return K3_OK;
     }
     uint32_t layer = i / 2, second = i % 2;
-    if (m->kda[layer].S) {
+    if (sq->kda[layer].S) {
         snprintf(p->name, sizeof p->name, "kda.%u.%s", layer, second ? "S" : "win");
-        p->data = second ? m->kda[layer].S : m->kda[layer].win;
+        p->data = second ? sq->kda[layer].S : sq->kda[layer].win;
         p->bytes = (second ? s_floats(z) : win_floats(z)) * sizeof(float);
     } else {
         size_t slot = (size_t)m->mla_slot[layer], w = second ? z->dr : z->R;
         snprintf(p->name, sizeof p->name, "mla.%u.%s", layer, second ? "kr" : "c");
-        p->data = (second ? m->mla_kr : m->mla_c) + slot * m->o.context * w;
+        p->data = (second ? sq->mla_kr : sq->mla_c) + slot * m->o.context * w;
         p->bytes = (uint64_t)pos * w * sizeof(float);
     }
     return K3_OK;
 }
 
-k3_err k3_model_state_set_pos(k3_model *m, uint32_t pos, k3_diag *d)
+k3_err k3_model_state_set_pos(k3_model *h, uint32_t pos, k3_diag *d)
 {
-    if (pos > m->o.context)
-        return k3_fail(d, K3_ERR_USAGE, "position %u is beyond the context of %u (--context)", pos, m->o.context);
-    m->pos = pos;
-    m->n_logits = 1;
-    m->open = 0;
+    uint32_t ctx = k3_owner(h)->o.context;
+    if (pos > ctx)
+        return k3_fail(d, K3_ERR_USAGE, "position %u is beyond the context of %u (--context)", pos, ctx);
+    h->sq->pos = pos;
+    h->sq->n_logits = 0;
+    h->sq->open = 0;
     return K3_OK;
 }

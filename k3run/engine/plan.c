@@ -494,25 +494,35 @@ k3_err k3_plan_for(const k3_config *c, const k3_geometry *g, uint64_t budget, ui
     return k3_plan_with_snapshots(c, g, budget, context, batch, all_logits, 0, 0, p, d);
 }
 
-k3_err k3_plan_with_snapshots(const k3_config *c, const k3_geometry *g, uint64_t budget, uint32_t context,
-                              uint32_t batch, int all_logits, uint32_t snapshots, uint32_t verify, k3_plan *p,
-                              k3_diag *d)
+k3_err k3_plan_seq(const k3_config *c, const k3_geometry *g, uint64_t budget, uint32_t context, uint32_t batch,
+                   int all_logits, uint32_t snapshots, uint32_t verify, uint32_t n_seq, k3_plan *p, k3_diag *d)
 {
     if (verify > batch) verify = batch;
     if (verify < 2) verify = 0;
+    if (n_seq < 1) n_seq = 1;
     k3_model_shape s;
-    k3_err e = k3_model_shape_from_config(c, batch, context, all_logits, verify, &s, d);
+    k3_err e = k3_model_shape_from_config(c, batch, context, all_logits, verify, n_seq, &s, d);
     if (e) return e;
     uint64_t one = s.kda_bytes + (uint64_t)s.d.V * sizeof(float);   /* = k3_model_snap_bytes */
-    e = k3_plan_make(c, g, budget, context, batch, s.total + snapshots * one, s.kda_bytes, s.mla_bytes, p, d);
+    e = k3_plan_make(c, g, budget, context, batch, s.total + snapshots * one, s.kda_bytes * n_seq,
+                     s.mla_bytes * n_seq, p, d);
     p->n_snapshots = snapshots;
     p->snapshot_bytes = one;
     p->verify_tokens = verify;
     p->verify_bytes = s.verify_bytes;
+    p->n_seq = n_seq;
+    p->seq_bytes = s.seq_bytes;
     p->minimum -= s.verify_bytes;                     /* the floor: without them, k3run runs undrafted */
     if (e == K3_ERR_USAGE && verify)                  /* speculation only changes the speed: never refuse for it */
-        return k3_plan_with_snapshots(c, g, budget, context, batch, all_logits, snapshots, 0, p, d);
+        return k3_plan_seq(c, g, budget, context, batch, all_logits, snapshots, 0, n_seq, p, d);
     return e;
+}
+
+k3_err k3_plan_with_snapshots(const k3_config *c, const k3_geometry *g, uint64_t budget, uint32_t context,
+                              uint32_t batch, int all_logits, uint32_t snapshots, uint32_t verify, k3_plan *p,
+                              k3_diag *d)
+{
+    return k3_plan_seq(c, g, budget, context, batch, all_logits, snapshots, verify, 1, p, d);
 }
 
 int k3_batch_parse(const char *s, uint32_t *out)
@@ -530,12 +540,12 @@ int k3_batch_parse(const char *s, uint32_t *out)
    activations and scratch; nearly linear, but some scratch is the larger of a batch's and a decode
    step's). */
 static uint64_t batch_token_bytes(const k3_config *c, uint32_t batch, uint32_t context, int all_logits,
-                                  uint32_t verify)
+                                  uint32_t verify, uint32_t n_seq)
 {
     k3_model_shape a, b;
     k3_diag d;
-    if (k3_model_shape_from_config(c, batch, context, all_logits, verify, &a, &d) ||
-        k3_model_shape_from_config(c, batch + 1, context, all_logits, verify, &b, &d))
+    if (k3_model_shape_from_config(c, batch, context, all_logits, verify, n_seq, &a, &d) ||
+        k3_model_shape_from_config(c, batch + 1, context, all_logits, verify, n_seq, &b, &d))
         return 0;
     return b.total - a.total;
 }
@@ -549,25 +559,28 @@ static double run_bytes(const k3_geometry *g, const k3_plan *p, uint32_t prompt,
     return pc.read_bytes + (generate ? generate - 1 : 0) * p->disk_per_token;
 }
 
-k3_err k3_plan_choose(const k3_config *c, const k3_geometry *g, uint64_t budget, uint32_t context, uint32_t batch,
-                      uint32_t prompt, uint32_t generate, int all_logits, uint32_t snapshots, uint32_t verify,
-                      k3_plan *p, k3_diag *d)
+k3_err k3_plan_choose_seq(const k3_config *c, const k3_geometry *g, uint64_t budget, uint32_t context,
+                          uint32_t batch, uint32_t prompt, uint32_t generate, int all_logits, uint32_t snapshots,
+                          uint32_t verify, uint32_t n_seq, k3_plan *p, k3_diag *d)
 {
     k3_err e;
+    if (n_seq < 1) n_seq = 1;
     if (batch != K3_BATCH_AUTO) {
-        e = k3_plan_with_snapshots(c, g, budget, context, batch, all_logits, snapshots, verify, p, d);
-        if (!e) p->batch_token_bytes = batch_token_bytes(c, batch, context, all_logits, p->verify_tokens);
+        e = k3_plan_seq(c, g, budget, context, batch, all_logits, snapshots, verify, n_seq, p, d);
+        if (!e) p->batch_token_bytes = batch_token_bytes(c, batch, context, all_logits, p->verify_tokens, n_seq);
         return e;
     }
-    /* the floor: one token per pass, no speculation (a refusal states this minimum) */
+    /* the floor: one token per pass (of each sequence), no speculation (a refusal states this
+       minimum) */
     k3_plan one, base, best, trial;
-    if ((e = k3_plan_with_snapshots(c, g, budget, context, 1, all_logits, snapshots, 0, &one, d))) return e;
-    uint32_t lo = verify > 1 ? verify : 1;           /* a verify pass is at most a batch */
+    uint32_t lo1 = n_seq;
+    if ((e = k3_plan_seq(c, g, budget, context, lo1, all_logits, snapshots, 0, n_seq, &one, d))) return e;
+    uint32_t lo = verify > lo1 ? verify : lo1;       /* a verify pass is at most a batch */
     base = one;
-    if (lo > 1) {
+    if (verify > 1) {
         k3_diag vd;
-        e = k3_plan_with_snapshots(c, g, budget, context, lo, all_logits, snapshots, verify, &base, &vd);
-        if (e == K3_ERR_USAGE) { base = one; lo = 1; }   /* no room for its batch: without speculation */
+        e = k3_plan_seq(c, g, budget, context, lo, all_logits, snapshots, verify, n_seq, &base, &vd);
+        if (e == K3_ERR_USAGE) { base = one; lo = lo1; }   /* no room for its batch: without speculation */
         else if (e) return k3_fail(d, e, "%s", vd.msg);
     }
     uint32_t P = prompt && prompt < context ? prompt : context;   /* the prompt priced */
@@ -577,7 +590,7 @@ k3_err k3_plan_choose(const k3_config *c, const k3_geometry *g, uint64_t budget,
        fewest up to 16, then every 1.5 times more, down to the least batch, which ends the list.
        The first of the fewest bytes wins: ties go to the larger batch (fewer passes, and the
        kernels' better efficiency where nothing is read at all). */
-    uint32_t v = lo > 1 ? verify : 0, prev = 0, chosen = 0;
+    uint32_t v = verify > 1 && base.verify_tokens ? verify : 0, prev = 0, chosen = 0;
     double best_bytes = 0;
     for (uint64_t n = (P + cap - 1) / cap;; n = n < 16 ? n + 1 : n + n / 2) {
         uint32_t B = (uint32_t)((P + n - 1) / n);
@@ -587,7 +600,7 @@ k3_err k3_plan_choose(const k3_config *c, const k3_geometry *g, uint64_t budget,
         if (B == lo) trial = base;
         else {
             k3_diag td;
-            e = k3_plan_with_snapshots(c, g, budget, context, B, all_logits, snapshots, v, &trial, &td);
+            e = k3_plan_seq(c, g, budget, context, B, all_logits, snapshots, v, n_seq, &trial, &td);
             if (e == K3_ERR_USAGE) continue;         /* above the budget */
             if (e) return k3_fail(d, e, "%s", td.msg);
             if (trial.verify_tokens != base.verify_tokens) continue;   /* keeps the verify pass */
@@ -607,8 +620,15 @@ k3_err k3_plan_choose(const k3_config *c, const k3_geometry *g, uint64_t budget,
     p->batch_cap = cap;
     p->batch_prompt = P;
     p->batch_generate = generate;
-    p->batch_token_bytes = batch_token_bytes(c, chosen, context, all_logits, p->verify_tokens);
+    p->batch_token_bytes = batch_token_bytes(c, chosen, context, all_logits, p->verify_tokens, n_seq);
     return K3_OK;
+}
+
+k3_err k3_plan_choose(const k3_config *c, const k3_geometry *g, uint64_t budget, uint32_t context, uint32_t batch,
+                      uint32_t prompt, uint32_t generate, int all_logits, uint32_t snapshots, uint32_t verify,
+                      k3_plan *p, k3_diag *d)
+{
+    return k3_plan_choose_seq(c, g, budget, context, batch, prompt, generate, all_logits, snapshots, verify, 1, p, d);
 }
 
 static double powi(double x, uint32_t n)

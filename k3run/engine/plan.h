@@ -169,6 +169,8 @@ typedef struct k3_plan {
     uint64_t snapshot_bytes;     /* one of them: the KDA state and a logits row (k3_model_snap_bytes) */
     uint32_t verify_tokens;      /* tokens of a speculative verify pass (1 + drafted), 0: no speculation */
     uint64_t verify_bytes;       /* what its buffers add, counted in buffers (model_shape.h) */
+    uint32_t n_seq;              /* sequences held (conversations sharing the passes: model.h "Sequences") */
+    uint64_t seq_bytes;          /* one sequence's state, counted n_seq times in buffers */
     uint32_t n_units;            /* = geometry n_units */
     uint8_t unit_streamed[K3_MAX_LAYERS + 1];  /* [n_units] 1: read every token through the stream buffers */
     uint32_t n_streamed;
@@ -230,6 +232,10 @@ k3_err k3_plan_with_snapshots(const k3_config *c, const k3_geometry *g, uint64_t
                               uint32_t batch, int all_logits, uint32_t snapshots, uint32_t verify, k3_plan *p,
                               k3_diag *d);
 
+/* The same for a model holding n_seq sequences (model.h "Sequences"): each one's state counted. */
+k3_err k3_plan_seq(const k3_config *c, const k3_geometry *g, uint64_t budget, uint32_t context, uint32_t batch,
+                   int all_logits, uint32_t snapshots, uint32_t verify, uint32_t n_seq, k3_plan *p, k3_diag *d);
+
 /*
  * The prompt batch (docs/k3run.md "Prompt batch"). A pass of B prompt tokens reads every streamed
  * unit once and each expert its tokens use once, so a prompt of P tokens reads the trunk
@@ -260,6 +266,11 @@ int k3_batch_parse(const char *s, uint32_t *out);
 k3_err k3_plan_choose(const k3_config *c, const k3_geometry *g, uint64_t budget, uint32_t context, uint32_t batch,
                       uint32_t prompt, uint32_t generate, int all_logits, uint32_t snapshots, uint32_t verify,
                       k3_plan *p, k3_diag *d);
+/* The same for n_seq sequences sharing the passes: the least batch is n_seq (a row of each), and
+   each sequence's state is counted (k3_plan_seq). */
+k3_err k3_plan_choose_seq(const k3_config *c, const k3_geometry *g, uint64_t budget, uint32_t context,
+                          uint32_t batch, uint32_t prompt, uint32_t generate, int all_logits, uint32_t snapshots,
+                          uint32_t verify, uint32_t n_seq, k3_plan *p, k3_diag *d);
 
 /*
  * What a prompt of `tokens` costs under plan p (its batch), from an empty context, expected under
