@@ -130,8 +130,8 @@ static k3_err plan_split(const k3_load_opts *o, k3_loaded *l, const k3_geometry 
 {
     k3_err e = k3_geometry_for_rank_split(whole, k3_dist_rank(), k3_dist_size(), k3_dist_first(), l->split_min,
                                           geo, d);
-    if (!e) e = k3_plan_choose(k3w_config(l->w), geo, budget, o->context, batch, o->prompt_tokens, o->generate_tokens,
-                               o->all_logits, o->snapshots, o->spec_tokens, &l->plan, d);
+    if (!e) e = k3_plan_choose_seq(k3w_config(l->w), geo, budget, o->context, batch, o->prompt_tokens, o->generate_tokens,
+                               o->all_logits, o->snapshots, o->spec_tokens, o->n_seq, &l->plan, d);
     if (!e && l->plan.n_streamed)      /* each rank's slices must stay in memory */
         e = k3_fail(d, K3_ERR_USAGE, "K3_TRUNK=split: this rank's share of the trunk (%.2f GiB) does not fit its "
                     "budget (%.2f GiB) with its buffers and the smallest expert cache, and a split trunk is never "
@@ -187,8 +187,8 @@ k3_err k3_load_plan(const k3_load_opts *o, k3_loaded *l, int *usage, k3_diag *d)
     }
     if (!e && !l->trunk_split) {
         k3_geometry_for_rank(&whole, me, R, k3_dist_first(), &geo);   /* its share of the experts */
-        e = k3_plan_choose(k3w_config(l->w), &geo, budget, o->context, o->batch, o->prompt_tokens, o->generate_tokens,
-                           o->all_logits, o->snapshots, o->spec_tokens, &l->plan, d);
+        e = k3_plan_choose_seq(k3w_config(l->w), &geo, budget, o->context, o->batch, o->prompt_tokens, o->generate_tokens,
+                           o->all_logits, o->snapshots, o->spec_tokens, o->n_seq, &l->plan, d);
     }
     if (R > 1 && o->batch == K3_BATCH_AUTO) {        /* -b auto: every rank passes the same tokens */
         uint64_t all[256];
@@ -200,8 +200,8 @@ k3_err k3_load_plan(const k3_load_opts *o, k3_loaded *l, int *usage, k3_diag *d)
             uint32_t cap = l->plan.batch_cap;
             uint64_t floor = l->plan.minimum;
             if (l->trunk_split) e = plan_split(o, l, &whole, &geo, budget, b, d);
-            else e = k3_plan_choose(k3w_config(l->w), &geo, budget, o->context, b, o->prompt_tokens,
-                                    o->generate_tokens, o->all_logits, o->snapshots, o->spec_tokens, &l->plan, d);
+            else e = k3_plan_choose_seq(k3w_config(l->w), &geo, budget, o->context, b, o->prompt_tokens,
+                                    o->generate_tokens, o->all_logits, o->snapshots, o->spec_tokens, o->n_seq, &l->plan, d);
             l->plan.batch_auto = 1;
             l->plan.batch_cap = cap;
             l->plan.minimum = floor;
@@ -243,7 +243,8 @@ k3_err k3_load_model(const k3_load_opts *o, k3_loaded *l, k3_diag *d)
     }
     k3_err e = k3_weights_load(l->w, &l->wo, d);
     k3_model_opts mo = {.max_batch = p->batch, .context = o->context, .isa = o->isa, .all_logits = o->all_logits,
-                        .max_verify = p->verify_tokens, .dump = o->dump, .dump_ctx = o->dump_ctx};
+                        .max_verify = p->verify_tokens, .n_seq = p->n_seq, .dump = o->dump,
+                        .dump_ctx = o->dump_ctx};
     if (k3_dist_size() > 1) {
         if (!e && me > 0) e = k3_model_new(l->w, &mo, &l->m, d);   /* the buffers its experts use */
         e = agree(e, d);

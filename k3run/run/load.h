@@ -23,6 +23,7 @@ typedef struct k3_load_opts {
     uint32_t spec_tokens;          /* tokens of a speculative verify pass (1 + --draft, clamped to the batch),
                                       0: none; dropped
                                       (plan.verify_tokens 0) where the budget has no room for it */
+    uint32_t n_seq;                /* sequences sharing the passes (--parallel; 0 or 1: one) */
     int verify;                    /* run k3verify on the pack first */
     int verify_reads;              /* check every tensor's and record's XXH3-64 as it is read */
     int report;                    /* print the plan on stderr (--stats) */

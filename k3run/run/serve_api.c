@@ -37,6 +37,7 @@ static void job_free(srv_job *j)
 {
     free(j->body);
     free(j->ids);
+    free(j->route);
     for (int i = 0; i < j->co.n_stops; i++) free(j->stops[i]);
     free(j->stops);
     free(j->model);
@@ -244,6 +245,10 @@ int srv_api_parse(srv *s, srv_kind kind, const char *body, size_t len, srv_job *
             e = k3_fail(&d, K3_ERR_USAGE, "the conversation renders to %zu tokens: it does not fit the context of "
                         "%u positions with room for an answer (k3run serve --context)", pr.n_ids, ctx);
         j->prompt_tokens = (uint32_t)pr.n_ids;
+        if (!e && s->n_slots > 1 && (j->route = malloc(pr.n_ids * sizeof *j->route))) {   /* to choose a slot */
+            memcpy(j->route, pr.ids, pr.n_ids * sizeof *j->route);
+            j->n_route = (uint32_t)pr.n_ids;
+        }
         k3_chat_prompt_free(&pr);
         if (e) { rc = e == K3_ERR_USAGE ? bad(&c, "%s", d.msg) : 500; if (rc == 500) snprintf(msg, cap, "%s", d.msg); goto out; }
         if (!(j->body = malloc(len + 1))) { rc = 500; goto out; }
@@ -431,7 +436,7 @@ static json_t *k3_json(const srv *s, const k3_chat_stats *st, const k3_weights_s
     return k;
 }
 
-void srv_api_run(srv *s, srv_job *j)
+void srv_api_run(srv *s, srv_slot *sl, srv_job *j)
 {
     run_ctx r = {.s = s, .j = j};
     k3_chat_sink sink = {.text = on_text, .call = on_call, .ctx = &r};
@@ -442,15 +447,15 @@ void srv_api_run(srv *s, srv_job *j)
     size_t text_len = 0;
     k3w_stats(s->ld.w, &w0);
     if (j->stream && j->kind == SRV_CHAT) put_delta(&r, json_pack("{s:s,s:s}", "role", "assistant", "content", ""), NULL);
-    k3_err e = k3_chat_set_sampler(s->chat, &j->so, &d);
+    k3_err e = k3_chat_set_sampler(sl->chat, &j->so, &d);
     if (!e && j->kind == SRV_CHAT)
-        e = k3_chat_turn(s->chat, j->body, j->body_len, &j->co, &sink, &j->cancel, &message, &st, &d);
+        e = k3_chat_turn(sl->chat, j->body, j->body_len, &j->co, &sink, &j->cancel, &message, &st, &d);
     else if (!e)
-        e = k3_chat_complete(s->chat, j->ids, j->n_ids, s->eos, &j->co, &sink, &j->cancel, &text, &text_len, &st, &d);
+        e = k3_chat_complete(sl->chat, j->ids, j->n_ids, s->eos, &j->co, &sink, &j->cancel, &text, &text_len, &st, &d);
     k3w_stats(s->ld.w, &w1);
     if (e) {
         /* a failure after the request was accepted: the model's state is unknown, start afresh */
-        k3_chat_reset(s->chat);
+        k3_chat_reset(sl->chat);
         int status = e == K3_ERR_USAGE ? 400 : 500;
         char *err = srv_api_error_json(status, d.msg);
         pthread_mutex_lock(&s->mu);
@@ -498,9 +503,12 @@ void srv_api_run(srv *s, srv_job *j)
     s->mt.cached_tokens += st.cached_tokens;
     s->mt.completion_tokens += st.completion_tokens;
     s->mt.gen_seconds += st.t_gen;
-    s->mt.bytes_read += w1.bytes_read - w0.bytes_read;
-    s->mt.expert_hits += w1.expert_hits - w0.expert_hits;
-    s->mt.expert_misses += w1.expert_misses - w0.expert_misses;
+    sl->tokens += st.completion_tokens;
+    if (s->n_slots == 1) {              /* with several slots the reads are shared: counted from the weights */
+        s->mt.bytes_read += w1.bytes_read - w0.bytes_read;
+        s->mt.expert_hits += w1.expert_hits - w0.expert_hits;
+        s->mt.expert_misses += w1.expert_misses - w0.expert_misses;
+    }
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -522,8 +530,23 @@ char *srv_api_metrics_text(srv *s)
     char line[256];
     pthread_mutex_lock(&s->mu);
     srv_metrics m = s->mt;
-    unsigned queued = s->q_n, busy = s->current != NULL;
+    unsigned queued = s->q_n, busy = s->running;
+    uint64_t slot_tokens[K3_SERVE_SLOTS_MAX];
+    double slot_busy[K3_SERVE_SLOTS_MAX];
+    int slot_job[K3_SERVE_SLOTS_MAX];
+    for (uint32_t i = 0; i < s->n_slots; i++) {
+        slot_tokens[i] = s->slots[i].tokens;
+        slot_busy[i] = s->slots[i].busy_s;
+        slot_job[i] = s->slots[i].job != NULL;
+    }
     pthread_mutex_unlock(&s->mu);
+    if (s->n_slots > 1) {
+        k3_weights_stats w;
+        k3w_stats(s->ld.w, &w);
+        m.bytes_read = w.bytes_read - s->w_base.bytes_read;
+        m.expert_hits = w.expert_hits - s->w_base.expert_hits;
+        m.expert_misses = w.expert_misses - s->w_base.expert_misses;
+    }
 #define LINE(...) do { snprintf(line, sizeof line, __VA_ARGS__); srv_buf_add(&b, line, strlen(line)); } while (0)
     LINE("# HELP k3_requests_total HTTP requests answered, by endpoint.\n# TYPE k3_requests_total counter\n");
     for (int i = 0; i < 6; i++) LINE("k3_requests_total{endpoint=\"%s\"} %llu\n", names[i], (unsigned long long)m.requests[i]);
@@ -552,7 +575,23 @@ char *srv_api_metrics_text(srv *s)
          "k3_bytes_read_total %llu\n", (unsigned long long)m.bytes_read);
     LINE("# HELP k3_queue_length Requests waiting for the generation thread.\n# TYPE k3_queue_length gauge\n"
          "k3_queue_length %u\n", queued);
-    LINE("# HELP k3_busy 1 while an answer is being generated.\n# TYPE k3_busy gauge\nk3_busy %u\n", busy);
+    LINE("# HELP k3_busy Slots generating an answer.\n# TYPE k3_busy gauge\nk3_busy %u\n", busy);
+    LINE("# HELP k3_slots Slots: conversations generated together (--parallel).\n# TYPE k3_slots gauge\n"
+         "k3_slots %u\n", s->n_slots);
+    LINE("# HELP k3_slot_busy 1 while the slot generates an answer.\n# TYPE k3_slot_busy gauge\n");
+    for (uint32_t i = 0; i < s->n_slots; i++) LINE("k3_slot_busy{slot=\"%u\"} %d\n", i, slot_job[i]);
+    LINE("# HELP k3_slot_tokens_per_second A slot's generated tokens per second of its jobs.\n"
+         "# TYPE k3_slot_tokens_per_second gauge\n");
+    for (uint32_t i = 0; i < s->n_slots; i++)
+        LINE("k3_slot_tokens_per_second{slot=\"%u\"} %.4f\n", i, slot_busy[i] > 0 ? (double)slot_tokens[i] / slot_busy[i] : 0.0);
+    if (s->bat) {
+        k3_batch_stats bs;
+        k3_batcher_stats(s->bat, &bs);
+        LINE("# HELP k3_passes_total Forward passes run.\n# TYPE k3_passes_total counter\nk3_passes_total %llu\n",
+             (unsigned long long)bs.passes);
+        LINE("# HELP k3_pass_sequences_total Conversations in them, summed over passes.\n"
+             "# TYPE k3_pass_sequences_total counter\nk3_pass_sequences_total %llu\n", (unsigned long long)bs.groups);
+    }
     LINE("# HELP k3_rejected_busy_total Requests refused because the queue was full.\n"
          "# TYPE k3_rejected_busy_total counter\nk3_rejected_busy_total %llu\n", (unsigned long long)m.rejected_busy);
 #undef LINE

@@ -22,7 +22,7 @@
 enum {
     OPT_MODEL = K3_OPT_USER, OPT_HOST, OPT_PORT, OPT_KEY, OPT_QUEUE, OPT_TIMEOUT, OPT_MAX_BODY, OPT_NAME, OPT_N,
     OPT_THINK_BUDGET, OPT_CONTEXT, OPT_BATCH, OPT_BUDGET, OPT_PRESET, OPT_THREADS, OPT_TEMP, OPT_TOPK, OPT_TOPP,
-    OPT_MINP, OPT_REPEAT, OPT_SEED, OPT_SNAPSHOTS, OPT_DRAFT, OPT_NO_VERIFY_READS, OPT_VERIFY
+    OPT_MINP, OPT_REPEAT, OPT_SEED, OPT_SNAPSHOTS, OPT_DRAFT, OPT_NO_VERIFY_READS, OPT_VERIFY, OPT_PARALLEL
 };
 
 static const k3_opt opts[] = {
@@ -30,7 +30,9 @@ static const k3_opt opts[] = {
     {OPT_HOST, 0, "host", "ADDR", "127.0.0.1", NULL, "the address to listen on (another than loopback only when asked)"},
     {OPT_PORT, 0, "port", "N", "8080", NULL, "the TCP port (0: any free one, printed at start)"},
     {OPT_KEY, 0, "api-key", "KEY", NULL, "K3_API_KEY", "require 'Authorization: Bearer KEY' on /v1/* and /metrics"},
-    {OPT_QUEUE, 0, "queue", "N", "4", NULL, "requests that may wait while one is answered (more: 503)"},
+    {OPT_PARALLEL, 0, "parallel", "S", "1", NULL,
+     "answers generated together, sharing each forward pass (each one's bytes are what it gets alone)"},
+    {OPT_QUEUE, 0, "queue", "N", "4", NULL, "requests that may wait while every slot answers one (more: 503)"},
     {OPT_TIMEOUT, 0, "timeout", "S", "30", NULL, "seconds a request's body may take to arrive, and of inactivity"},
     {OPT_MAX_BODY, 0, "max-body", "SIZE", "16M", NULL, "the largest request body (larger: 413)"},
     {OPT_NAME, 0, "name", "NAME", "the pack's directory name", NULL, "the model's name in the API"},
@@ -63,10 +65,12 @@ static const char purpose[] =
     "Serve a K3 chat model from a k3 pack over HTTP with the OpenAI API:\n"
     "POST /v1/chat/completions (streamed or not, tools, reasoning in\n"
     "reasoning_content), POST /v1/completions, GET /v1/models, GET /health,\n"
-    "GET /metrics (Prometheus) and a chat page at /. One answer is generated at a\n"
-    "time; others wait in a bounded queue. A conversation resent with one more\n"
-    "turn is served from the prompt cache: only its new tokens are processed. The\n"
-    "answers are the bytes `k3run chat` gives for the same request and seed.\n"
+    "GET /metrics (Prometheus) and a chat page at /. --parallel S answers S\n"
+    "requests together, each forward pass carrying a token of every one (the\n"
+    "trunk read once for all); others wait in a bounded queue. A conversation\n"
+    "resent with one more turn goes to the slot holding it and is served from its\n"
+    "prompt cache: only its new tokens are processed. The answers are the bytes\n"
+    "`k3run chat` gives for the same request and seed, whoever shares the passes.\n"
     "SIGTERM or Ctrl-C: the answer in progress stops and is finished, the queue is\n"
     "refused (503), and k3run exits 0. docs/k3run-serve.md has every field.";
 
@@ -86,10 +90,11 @@ static int configure(srv *s, const k3_args *a)
     s->api_key = k3_opt_str(a, OPT_KEY);
     if (s->api_key && !*s->api_key) return k3_usage_error("--api-key: the key is empty");
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    uint32_t port, queue, timeout, topk, draft;
+    uint32_t port, queue, timeout, topk, draft, parallel;
     uint64_t max_body;
     if ((rc = k3_cli_u32(a, OPT_PORT, 8080, 0, 65535, "port", &port)) ||
         (rc = k3_cli_u32(a, OPT_QUEUE, 4, 0, 1024, "queue", &queue)) ||
+        (rc = k3_cli_u32(a, OPT_PARALLEL, 1, 1, K3_SERVE_SLOTS_MAX, "parallel", &parallel)) ||
         (rc = k3_cli_u32(a, OPT_TIMEOUT, 30, 1, 86400, "timeout", &timeout)) ||
         (rc = k3_cli_u32(a, OPT_N, 1024, 1, 1u << 30, "n-predict", &s->co.n_predict)) ||
         (rc = k3_cli_u32(a, OPT_THINK_BUDGET, 0, 0, 1u << 30, "think-budget", &s->co.think_budget)) ||
@@ -110,6 +115,8 @@ static int configure(srv *s, const k3_args *a)
                                                (unsigned long long)max_body);
     s->port = (uint16_t)port;
     s->queue_max = queue;
+    s->n_slots = parallel;
+    s->lo.n_seq = parallel;
     s->timeout_s = timeout;
     s->max_body = (size_t)max_body;
     s->so.top_k = topk;
@@ -155,10 +162,19 @@ static int load(srv *s)
     if ((e = k3_tok_load_dir(s->pack, &s->tok, &d))) return fail(e, &d);
     if ((e = k3_load_plan(&s->lo, &s->ld, &usage, &d))) return usage ? k3_usage_error("%s", d.msg) : fail(e, &d);
     if ((e = k3_load_model(&s->lo, &s->ld, &d))) return fail(e, &d);
-    if ((e = k3_chat_new(s->ld.m, s->tok, &s->so, s->lo.snapshots, &s->chat, &d))) return fail(e, &d);
-    k3_chat_set_draft(s->chat, s->ld.plan.verify_tokens ? s->ld.plan.verify_tokens - 1 : 0,
-                      k3_dec_rho(&s->ld.plan, s->ld.geo));
+    if (!(s->slots = calloc(s->n_slots, sizeof *s->slots))) return fail(k3_fail(&d, K3_ERR_NOMEM, "out of memory"), &d);
+    for (uint32_t i = 0; i < s->n_slots; i++) {
+        srv_slot *sl = &s->slots[i];
+        sl->s = s;
+        sl->idx = i;
+        sl->h = k3_model_seq(s->ld.m, i);
+        if ((e = k3_chat_new(sl->h, s->tok, &s->so, s->lo.snapshots, &sl->chat, &d))) return fail(e, &d);
+        k3_chat_set_draft(sl->chat, s->ld.plan.verify_tokens ? s->ld.plan.verify_tokens - 1 : 0,
+                          k3_dec_rho(&s->ld.plan, s->ld.geo));
+    }
+    if (s->n_slots > 1 && (e = k3_batcher_new(s->ld.m, 0, &s->bat, &d))) return fail(e, &d);
     s->eos = k3w_config(s->ld.w)->eos_token_id;
+    k3w_stats(s->ld.w, &s->w_base);
     s->t_load = k3_now() - t0 - s->ld.t_verify;
     return 0;
 }
@@ -175,7 +191,8 @@ static void *signals(void *arg)
     sigwait(&set, &sig);
     pthread_mutex_lock(&s->mu);
     s->stopping = 1;
-    if (s->current) s->current->cancel = 1;
+    for (uint32_t i = 0; i < s->n_slots; i++)
+        if (s->slots[i].job) s->slots[i].job->cancel = 1;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
     return NULL;
@@ -196,31 +213,107 @@ static void refuse(srv *s, srv_job *j)
     j->state = SRV_DONE;
 }
 
-/* The generation thread: one job at a time, in order, until the shutdown. */
-static void serve(srv *s)
+/* Tokens at the start of a and b alike. */
+static uint32_t common_prefix(const int32_t *a, uint32_t na, const int32_t *b, uint32_t nb)
 {
+    uint32_t i = 0;
+    while (i < na && i < nb && a[i] == b[i]) i++;
+    return i;
+}
+
+/* Whether slot sl takes the job at the head of the queue (mu held): the idle slot whose held tokens
+   share the longest prefix with the job's prompt does; ties go to the lowest slot. */
+static int mine(srv *s, srv_slot *sl)
+{
+    if (!s->q_n) return 0;
+    if (s->n_slots == 1) return 1;
+    const srv_job *j = s->queue[s->q_head];
+    const int32_t *p = j->kind == SRV_CHAT ? j->route : j->ids;
+    uint32_t np = j->kind == SRV_CHAT ? j->n_route : j->n_ids, best = 0, best_len = 0;
+    int found = 0;
+    for (uint32_t i = 0; i < s->n_slots; i++) {
+        srv_slot *o = &s->slots[i];
+        if (!o->idle && o != sl) continue;
+        uint32_t nh = 0;
+        const int32_t *h = k3_chat_held(o->chat, &nh);
+        uint32_t len = p ? common_prefix(h, nh, p, np) : 0;
+        if (!found || len > best_len) { best = i; best_len = len; found = 1; }
+    }
+    return best == sl->idx;
+}
+
+/* A slot: one job at a time, from the queue, until the shutdown. */
+static void slot_loop(srv_slot *sl)
+{
+    srv *s = sl->s;
     pthread_mutex_lock(&s->mu);
     for (;;) {
-        while (!s->q_n && !s->stopping) pthread_cond_wait(&s->cv, &s->mu);
+        sl->idle = 1;
+        while (!s->stopping && !mine(s, sl)) pthread_cond_wait(&s->cv, &s->mu);
+        sl->idle = 0;
         if (s->stopping) break;
         srv_job *j = s->queue[s->q_head];
         s->q_head = (s->q_head + 1) % s->ring;
         s->q_n--;
+        pthread_cond_broadcast(&s->cv);          /* the next job may be another slot's */
         if (j->cancel) {                         /* its client left while it waited */
             j->status = 499;
             j->state = SRV_DONE;
         } else {
             j->state = SRV_RUNNING;
-            s->current = j;
+            sl->job = j;
+            s->running++;
             pthread_mutex_unlock(&s->mu);
-            srv_api_run(s, j);
+            double t0 = k3_now();
+            if (s->bat) k3_batcher_attach(s->bat, sl->h);
+            srv_api_run(s, sl, j);
+            if (s->bat) k3_batcher_detach(s->bat, sl->h);
             pthread_mutex_lock(&s->mu);
-            s->current = NULL;
+            sl->busy_s += k3_now() - t0;
+            s->running--;
+            sl->job = NULL;
             j->state = SRV_DONE;
         }
         pthread_cond_broadcast(&s->cv);
         srv_job_unref(s, j);
     }
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void *slot_thread(void *arg)
+{
+    srv_slot *sl = arg;
+    slot_loop(sl);
+    pthread_mutex_lock(&sl->s->mu);
+    if (--sl->s->slots_alive == 0) k3_batcher_stop(sl->s->bat);   /* the last one: no more passes */
+    pthread_mutex_unlock(&sl->s->mu);
+    return NULL;
+}
+
+/* Generation until the shutdown: one slot on this thread, or the slots' threads with this one
+   running their passes; then the queue refused and the responses drained. */
+static void serve(srv *s)
+{
+    if (s->n_slots == 1) {
+        slot_loop(&s->slots[0]);
+    } else {
+        uint32_t started = 0;
+        s->slots_alive = s->n_slots;
+        for (uint32_t i = 0; i < s->n_slots; i++) {
+            if (pthread_create(&s->slots[i].th, NULL, slot_thread, &s->slots[i])) break;
+            started++;
+        }
+        if (started < s->n_slots) {
+            k3_warn("could start only %u of %u slot threads", started, s->n_slots);
+            pthread_mutex_lock(&s->mu);
+            s->slots_alive -= s->n_slots - started;
+            if (!s->slots_alive) k3_batcher_stop(s->bat);
+            pthread_mutex_unlock(&s->mu);
+        }
+        k3_batcher_run(s->bat);                  /* until the last slot thread ends */
+        for (uint32_t i = 0; i < started; i++) pthread_join(s->slots[i].th, NULL);
+    }
+    pthread_mutex_lock(&s->mu);
     while (s->q_n) {
         srv_job *j = s->queue[s->q_head];
         s->q_head = (s->q_head + 1) % s->ring;
@@ -269,21 +362,23 @@ int k3_serve_main(int argc, char **argv)
     pthread_mutex_init(&s.mu, NULL);
     pthread_cond_init(&s.cv, NULL);
     rc = load(&s);
-    s.ring = s.queue_max + 1;                    /* the waiting ones, and one taken but not yet running */
+    s.ring = s.queue_max + s.n_slots;            /* the waiting ones, and those taken but not yet running */
     if (!rc && !(s.queue = calloc(s.ring, sizeof *s.queue))) rc = fail(k3_fail(&d, K3_ERR_NOMEM, "out of memory"), &d);
     if (!rc) rc = srv_http_start(&s);
     pthread_t sig;
     int have_sig = 0;
     if (!rc) {
         have_sig = pthread_create(&sig, NULL, signals, &s) == 0;
-        fprintf(stderr, "k3run serve: %s on http://%s%s%s:%u/ (loaded in %.1f s; %u waiting at most; SIGTERM or "
-                "Ctrl-C stops)\n", s.model_name, strchr(s.host, ':') ? "[" : "", s.host, strchr(s.host, ':') ? "]" : "",
-                s.port, s.t_load, s.queue_max);
+        fprintf(stderr, "k3run serve: %s on http://%s%s%s:%u/ (loaded in %.1f s; %u answered together, %u waiting "
+                "at most; SIGTERM or Ctrl-C stops)\n", s.model_name, strchr(s.host, ':') ? "[" : "", s.host,
+                strchr(s.host, ':') ? "]" : "", s.port, s.t_load, s.n_slots, s.queue_max);
         fflush(stderr);
         serve(&s);
         if (have_sig) pthread_join(sig, NULL);
     }
-    k3_chat_free(s.chat);
+    k3_batcher_free(s.bat);
+    for (uint32_t i = 0; s.slots && i < s.n_slots; i++) k3_chat_free(s.slots[i].chat);
+    free(s.slots);
     k3_loaded_free(&s.ld);
     k3_tok_free(s.tok);
     free(s.queue);

@@ -208,7 +208,7 @@ static enum MHD_Result api_post(srv *s, conn *k, struct MHD_Connection *c)
                            msg, sizeof msg);
     if (st) return send_error(s, c, st, msg);
     pthread_mutex_lock(&s->mu);
-    if (s->stopping || s->q_n + (s->current != NULL) > s->queue_max) {   /* queue_max wait, one runs */
+    if (s->stopping || s->q_n + s->running > s->queue_max + s->n_slots - 1) {   /* queue_max wait, every slot runs */
         int stopping = s->stopping;
         if (!stopping) s->mt.rejected_busy++;
         srv_job_unref(s, j);
@@ -368,8 +368,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     case R_HEALTH: {
         pthread_mutex_lock(&s->mu);
         char *h = NULL;
-        if (asprintf(&h, "{\"status\":\"%s\",\"busy\":%s,\"queue\":%u}", s->stopping ? "stopping" : "ok",
-                     s->current ? "true" : "false", s->q_n) < 0) h = NULL;
+        if (asprintf(&h, "{\"status\":\"%s\",\"busy\":%s,\"queue\":%u,\"slots\":%u,\"slots_busy\":%u}",
+                     s->stopping ? "stopping" : "ok", s->running ? "true" : "false", s->q_n, s->n_slots,
+                     s->running) < 0) h = NULL;
         pthread_mutex_unlock(&s->mu);
         return send_json(c, 200, h);
     }

@@ -5,9 +5,14 @@
  * Threads: libmicrohttpd runs one thread per connection (serve_http.c): it
  * reads the request, checks it (serve_api.c: fields, then K3's renderer, so a
  * refused request is a 400 before it waits for anything) and queues a job.
- * The main thread is the one generation thread (serve_cli.c): it takes jobs in
- * order and runs each to its end through the chat (chat.h), which keeps the
- * prompt cache across requests. A job's output (the response body, or the
+ * Generation runs in slots (serve_cli.c), each a thread with its own chat
+ * (chat.h: its own prompt cache) over its own sequence of the model: a slot
+ * takes a job and runs it to its end. With one slot (the default) the main
+ * thread is that slot. With --parallel S, S slot threads run their jobs
+ * together: their model calls wait in a batcher (engine batch.h) and the main
+ * thread runs each pass for all of them, so each answer is the bytes it gets
+ * alone. A queued job goes to the free slot whose held tokens share the
+ * longest prefix with its prompt (the prompt cache across conversations). A job's output (the response body, or the
  * server-sent events of a stream) goes through the job's buffer under the
  * server's lock, from which the connection's thread sends it. A signal thread
  * turns SIGTERM and SIGINT into a shutdown: the listener closes, the answer
@@ -28,7 +33,8 @@
 
 #include "serve_cli.h"
 
-#define SRV_FLUSH_MS 20            /* a stream's events wait at most this long to go out */
+#define SRV_FLUSH_MS 20
+#define K3_SERVE_SLOTS_MAX 64      /* --parallel at most */            /* a stream's events wait at most this long to go out */
 
 /* A growing byte buffer. */
 typedef struct srv_buf {
@@ -53,6 +59,8 @@ typedef struct srv_job {
     size_t body_len;
     int32_t *ids;                  /* completion: [n_ids] the prompt's ids */
     uint32_t n_ids;
+    int32_t *route;                /* chat: [n_route] the rendered prompt's ids (to choose a slot; NULL: none) */
+    uint32_t n_route;
     uint32_t prompt_tokens;        /* the rendered prompt's length (checked against the context) */
     k3_chat_opts co;
     char **stops;                  /* [n_stops] owned */
@@ -83,6 +91,22 @@ typedef struct srv_metrics {
     uint64_t rejected_busy;
 } srv_metrics;
 
+struct srv;
+
+/* A slot: one conversation generated at a time over its own sequence of the model. */
+typedef struct srv_slot {
+    struct srv *s;
+    uint32_t idx;
+    k3_model *h;                   /* its sequence (k3_model_seq) */
+    k3_chat *chat;                 /* its prompt cache */
+    pthread_t th;                  /* --parallel: its thread */
+    /* under srv.mu */
+    srv_job *job;                  /* running, or NULL */
+    int idle;                      /* waiting for a job */
+    uint64_t tokens;               /* completion tokens generated */
+    double busy_s;                 /* seconds spent on jobs */
+} srv_slot;
+
 typedef struct srv {
     /* settings */
     const char *pack, *host, *api_key, *model_name;
@@ -97,7 +121,10 @@ typedef struct srv {
     /* the model */
     k3_tok *tok;
     k3_loaded ld;
-    k3_chat *chat;
+    uint32_t n_slots;              /* --parallel */
+    srv_slot *slots;               /* [n_slots] */
+    k3_batcher *bat;               /* n_slots > 1: the passes they share */
+    k3_weights_stats w_base;       /* the weights' counters once loaded (/metrics with several slots) */
     int64_t eos;
     double t_load;
     /* shared, under mu */
@@ -106,7 +133,8 @@ typedef struct srv {
     srv_job **queue;               /* [ring] the jobs not yet taken, from q_head */
     unsigned ring;                 /* queue_max + 1 */
     unsigned q_head, q_n;
-    srv_job *current;
+    unsigned running;              /* slots with a job */
+    unsigned slots_alive;          /* --parallel: slot threads not yet ended */
     int stopping;
     unsigned active;               /* connections with a response not yet finished */
     srv_metrics mt;
@@ -122,8 +150,8 @@ void srv_http_stop(srv *s);
 /* Check a chat (kind SRV_CHAT) or completion request body; *job on success, else an error
    status and message (msg[cap]). */
 int srv_api_parse(srv *s, srv_kind kind, const char *body, size_t len, srv_job **job, char *msg, size_t cap);
-/* Run a job to its end on the generation thread (the output lands in job->out). */
-void srv_api_run(srv *s, srv_job *j);
+/* Run a job to its end in a slot (the output lands in job->out). */
+void srv_api_run(srv *s, srv_slot *sl, srv_job *j);
 /* An OpenAI-shaped error body: {"error": {"message", "type", "code"}} (malloc'd). */
 char *srv_api_error_json(int status, const char *msg);
 char *srv_api_models_json(const srv *s);
