@@ -133,12 +133,15 @@ static k3_err sync_prompt(k3_chat *c, const int32_t *p, uint32_t n, uint32_t *ca
 {
     uint32_t pos = k3_model_pos(c->m), lcp = 0;
     while (lcp < pos && lcp < n && c->held[lcp] == p[lcp]) lcp++;
-    if (lcp == n) lcp = n - 1;                         /* the last token's logits are needed: process it */
+    /* the whole prompt held: the last token's logits are needed, which the model has at n, and a
+       snapshot taken at n keeps (an identical prompt resent); else process the last token again */
+    int whole = lcp == n && pos > n;
+    if (lcp == n && pos > n) lcp = n - 1;
     k3_err e;
     if (lcp < pos) {
         int best = -1;
         for (uint32_t i = 0; i < c->n_snaps; i++)
-            if (k3_model_snap_pos(c->snap[i]) <= lcp &&
+            if ((k3_model_snap_pos(c->snap[i]) <= lcp || (whole && k3_model_snap_pos(c->snap[i]) == n)) &&
                 (best < 0 || k3_model_snap_pos(c->snap[i]) > k3_model_snap_pos(c->snap[best])))
                 best = (int)i;
         if (best >= 0) {

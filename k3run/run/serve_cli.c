@@ -221,25 +221,34 @@ static uint32_t common_prefix(const int32_t *a, uint32_t na, const int32_t *b, u
     return i;
 }
 
-/* Whether slot sl takes the job at the head of the queue (mu held): the idle slot whose held tokens
-   share the longest prefix with the job's prompt does; ties go to the lowest slot. */
+/*
+ * Whether slot sl takes the job at the head of the queue (mu held). Among the idle slots: one whose
+ * held tokens all begin the job's prompt, or that holds the whole prompt (a conversation going on,
+ * or a prompt resent);
+ * else an empty one (the caches of the others stay); else the one sharing the longest prefix with
+ * the prompt, the least recently used among equals.
+ */
 static int mine(srv *s, srv_slot *sl)
 {
     if (!s->q_n) return 0;
     if (s->n_slots == 1) return 1;
     const srv_job *j = s->queue[s->q_head];
     const int32_t *p = j->kind == SRV_CHAT ? j->route : j->ids;
-    uint32_t np = j->kind == SRV_CHAT ? j->n_route : j->n_ids, best = 0, best_len = 0;
-    int found = 0;
+    uint32_t np = j->kind == SRV_CHAT ? j->n_route : j->n_ids;
+    int best = -1;
+    uint64_t best_key = 0;
     for (uint32_t i = 0; i < s->n_slots; i++) {
         srv_slot *o = &s->slots[i];
         if (!o->idle && o != sl) continue;
         uint32_t nh = 0;
         const int32_t *h = k3_chat_held(o->chat, &nh);
         uint32_t len = p ? common_prefix(h, nh, p, np) : 0;
-        if (!found || len > best_len) { best = i; best_len = len; found = 1; }
+        /* rank: 2 holds the conversation, 1 empty, 0 else; then the prefix; then the oldest use */
+        uint64_t rank = nh && (len == nh || len == np) ? 2 : nh == 0 ? 1 : 0;
+        uint64_t key = rank << 62 | (uint64_t)len << 30 | (uint64_t)((1u << 30) - 1 - (o->used & ((1u << 30) - 1)));
+        if (best < 0 || key > best_key) { best = (int)i; best_key = key; }
     }
-    return best == sl->idx;
+    return best == (int)sl->idx;
 }
 
 /* A slot: one job at a time, from the queue, until the shutdown. */
@@ -262,6 +271,7 @@ static void slot_loop(srv_slot *sl)
         } else {
             j->state = SRV_RUNNING;
             sl->job = j;
+            sl->used = ++s->uses;
             s->running++;
             pthread_mutex_unlock(&s->mu);
             double t0 = k3_now();

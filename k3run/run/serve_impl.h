@@ -11,8 +11,9 @@
  * thread is that slot. With --parallel S, S slot threads run their jobs
  * together: their model calls wait in a batcher (engine batch.h) and the main
  * thread runs each pass for all of them, so each answer is the bytes it gets
- * alone. A queued job goes to the free slot whose held tokens share the
- * longest prefix with its prompt (the prompt cache across conversations). A job's output (the response body, or the
+ * alone. A queued job goes to the free slot that holds its conversation, else
+ * an empty one, else the one sharing the longest prefix with its prompt
+ * (serve_cli.c "mine": the prompt cache across conversations). A job's output (the response body, or the
  * server-sent events of a stream) goes through the job's buffer under the
  * server's lock, from which the connection's thread sends it. A signal thread
  * turns SIGTERM and SIGINT into a shutdown: the listener closes, the answer
@@ -103,6 +104,7 @@ typedef struct srv_slot {
     /* under srv.mu */
     srv_job *job;                  /* running, or NULL */
     int idle;                      /* waiting for a job */
+    uint32_t used;                 /* when it last took a job (srv.uses) */
     uint64_t tokens;               /* completion tokens generated */
     double busy_s;                 /* seconds spent on jobs */
 } srv_slot;
@@ -134,6 +136,7 @@ typedef struct srv {
     unsigned ring;                 /* queue_max + 1 */
     unsigned q_head, q_n;
     unsigned running;              /* slots with a job */
+    uint32_t uses;                 /* jobs taken by slots */
     unsigned slots_alive;          /* --parallel: slot threads not yet ended */
     int stopping;
     unsigned active;               /* connections with a response not yet finished */

@@ -1,0 +1,194 @@
+"""`k3run serve --parallel S` (issue 33): conversations that share forward passes get exactly the
+bytes they get alone.
+
+Each case starts the server twice with the same pack, budget, threads and drafting: once with one
+slot (the answers of serve.api, equal to `k3run chat` and `k3run -p`), once with S slots, and sends
+the same requests to both: to the first one after another, to the second all at once from S client
+threads that join at different moments (so sequences join and leave the passes at different
+points). Every answer, streamed or not, must be the first server's, byte for byte, and /metrics must
+show passes that carried several conversations. Then: a client that leaves mid-stream frees its
+slot, and a resent conversation is routed to the slot that holds it (its prompt served from the
+cache)."""
+
+import http.client
+import json
+import os
+import re
+import subprocess
+import threading
+import time
+import unittest
+
+from servelib import BIN, Server, kjv_pack, make_pack, TMP
+
+SANITIZED = os.environ.get("K3_SANITIZED") == "1"
+
+
+def parallel_minimum(pack, S):
+    """The planner's minimum budget for S slots on PACK, from the server's own refusal of 1M."""
+    p = subprocess.run([os.path.join(BIN, "k3run"), "serve", "-m", pack, "--parallel", str(S), "--budget", "1M",
+                        "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+    m = re.search(rb"minimum of [0-9.]+ GiB \((\d+) bytes", p.stderr)
+    assert p.returncode == 2 and m, p.stderr
+    return int(m.group(1))
+
+
+def requests(n, chat_words, max_tokens):
+    """n requests: chat and completion alternately, greedy and sampled with their own seeds."""
+    out = []
+    prompts = ["Recite Genesis 1:1.", "In the beginning", "Who was Moses?", "And the LORD said unto",
+               "Tell me of Noah.", "Blessed is the man"]
+    for i in range(n):
+        body = {"max_tokens": max_tokens + 5 * i, "seed": 100 + i}
+        if i % 3:
+            body.update(temperature=0.8, top_p=0.95)
+        else:
+            body.update(temperature=0)
+        if chat_words and i % 2 == 0:
+            body["messages"] = [{"role": "user", "content": prompts[i % len(prompts)]}]
+            out.append(("/v1/chat/completions", body))
+        else:
+            body["prompt"] = prompts[i % len(prompts)]
+            out.append(("/v1/completions", body))
+    return out
+
+
+def post(srv, path, body, timeout=300):
+    c = http.client.HTTPConnection(srv.host, srv.port, timeout=timeout)
+    c.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    assert r.status == 200, (r.status, data)
+    return json.loads(data)
+
+
+def post_stream(srv, path, body, timeout=300):
+    """The streamed answer's text (content and reasoning joined per channel) and finish reason."""
+    c = http.client.HTTPConnection(srv.host, srv.port, timeout=timeout)
+    c.request("POST", path, json.dumps(dict(body, stream=True)), {"Content-Type": "application/json"})
+    r = c.getresponse()
+    assert r.status == 200, r.status
+    text, reasoning, finish = [], [], None
+    for line in r.read().decode().splitlines():
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        ch = json.loads(line[6:])["choices"][0]
+        if "delta" in ch:
+            text.append(ch["delta"].get("content") or "")
+            reasoning.append(ch["delta"].get("reasoning_content") or "")
+        else:
+            text.append(ch.get("text") or "")
+        finish = ch.get("finish_reason") or finish
+    c.close()
+    return {"text": "".join(text), "reasoning": "".join(reasoning), "finish": finish}
+
+
+def answer(doc):
+    """What a non-streamed answer says (its text or message, its finish reason, its token counts)."""
+    ch = doc["choices"][0]
+    return {"text": ch.get("text"), "message": ch.get("message"), "finish": ch["finish_reason"],
+            "completion_tokens": doc["usage"]["completion_tokens"]}
+
+
+def metric(srv, name):
+    st, _, body = srv.request("GET", "/metrics")
+    m = re.search(r"^%s (\S+)$" % name, body.decode(), re.M)
+    return float(m.group(1)) if m else None
+
+
+class TestParallel(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.kjv = kjv_pack(os.path.join(TMP, "k3run-serve-parallel"))
+        cls.tiny = make_pack("tiny", 1)[1]
+
+    def case(self, pack, S, args, reqs, label, stream_every=2):
+        one = Server(pack, ["--parallel", "1"] + args)
+        try:
+            alone = [answer(post(one, p, b)) for p, b in reqs]
+            alone_stream = [post_stream(one, p, b) if i % stream_every == 0 else None for i, (p, b) in enumerate(reqs)]
+        finally:
+            self.assertEqual(one.stop(), 0)
+        many = Server(pack, ["--parallel", str(S)] + args)
+        got, got_stream, errors = [None] * len(reqs), [None] * len(reqs), []
+
+        def client(i):
+            try:
+                time.sleep(0.01 * i)                 # they join at different passes
+                p, b = reqs[i]
+                if i % stream_every == 0:
+                    got_stream[i] = post_stream(many, p, b)
+                got[i] = answer(post(many, p, b))
+            except Exception as e:                   # noqa: BLE001 (reported below)
+                errors.append("%d: %r" % (i, e))
+        try:
+            ts = [threading.Thread(target=client, args=(i,)) for i in range(len(reqs))]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join(600)
+            self.assertEqual(errors, [], label)
+            passes, seqs = metric(many, "k3_passes_total"), metric(many, "k3_pass_sequences_total")
+        finally:
+            self.assertEqual(many.stop(), 0, many.stderr())
+        for i in range(len(reqs)):
+            self.assertEqual(got[i], alone[i], "%s: request %d (%s)" % (label, i, reqs[i][0]))
+            if alone_stream[i]:
+                self.assertEqual(got_stream[i], alone_stream[i], "%s: request %d streamed" % (label, i))
+        print("%s: %d requests in %d passes carrying %d sequence steps" % (label, len(reqs), passes, seqs))
+        self.assertGreater(seqs, passes, "%s: no pass carried two conversations" % label)
+
+    def test_demo_model_resident(self):
+        reqs = requests(6, True, 24 if SANITIZED else 40)
+        for threads in (("2",) if SANITIZED else ("1", "2")):
+            self.case(self.kjv, 4, ["-t", threads, "--draft", "0"], reqs, "kjv resident, %s threads" % threads)
+
+    def test_demo_model_drafts_streaming(self):
+        S = 3
+        b = parallel_minimum(self.kjv, S)
+        reqs = requests(5, True, 20 if SANITIZED else 32)
+        self.case(self.kjv, S, ["-t", "2", "--draft", "4", "--budget", str(b)], reqs,
+                  "kjv at the minimum budget (trunk streamed), drafts")
+
+    def test_tiny_streaming(self):
+        S = 6
+        b = parallel_minimum(self.tiny, S)
+        reqs = requests(6, False, 12)
+        self.case(self.tiny, S, ["-t", "1", "--budget", str(b)], reqs, "tiny at the minimum budget, 6 slots")
+
+    def test_leave_and_route(self):
+        srv = Server(self.kjv, ["--parallel", "3", "-t", "2"])
+        try:
+            # a client that leaves mid-stream: its slot is free again (two new answers still fit)
+            c = http.client.HTTPConnection(srv.host, srv.port, timeout=60)
+            c.request("POST", "/v1/completions", json.dumps({"prompt": "In the beginning", "max_tokens": 900,
+                                                              "stream": True, "temperature": 0.9}),
+                      {"Content-Type": "application/json"})
+            r = c.getresponse()
+            r.fp.readline()
+            c.close()
+            t0 = time.time()
+            while metric(srv, "k3_busy") and time.time() - t0 < 30:
+                time.sleep(0.05)
+            self.assertEqual(metric(srv, "k3_busy"), 0, "the slot of the client that left is free")
+            # a request resent as it was, after another took the last empty slot: routed to the slot
+            # holding its prompt, served from its cache (the snapshot at the prompt's end keeps its last
+            # logits), the same answer
+            moses = {"messages": [{"role": "user", "content": "Who was Moses?"}], "max_tokens": 16, "temperature": 0}
+            first = post(srv, "/v1/chat/completions", moses)
+            post(srv, "/v1/chat/completions", {"messages": [{"role": "user", "content": "Tell me of Noah."}],
+                                               "max_tokens": 16, "temperature": 0})
+            again = post(srv, "/v1/chat/completions", moses)
+            self.assertEqual(again["usage"]["prompt_tokens_details"]["cached_tokens"], first["usage"]["prompt_tokens"],
+                             again["usage"])
+            self.assertEqual(again["choices"], first["choices"])
+            st, _, body = srv.request("GET", "/health")
+            h = json.loads(body)
+            self.assertEqual((h["slots"], h["slots_busy"]), (3, 0), h)
+        finally:
+            self.assertEqual(srv.stop(), 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
