@@ -30,6 +30,9 @@
 #include <jansson.h>
 
 #include "chat.h"
+#include "cli_args.h"
+#include "decode.h"
+#include "k3_opts.h"
 #include "load.h"
 
 #include "serve_cli.h"
@@ -70,6 +73,7 @@ typedef struct srv_job {
     char id[48];                   /* "chatcmpl-..." / "cmpl-..." */
     long long created;
     char *model;                   /* the name the response carries */
+    void *tag;                     /* the caller's (k3run batch: the request's line) */
     /* shared, under srv.mu */
     srv_state state;
     int refs;                      /* the connection's thread and (once queued) the generation thread */
@@ -139,10 +143,60 @@ typedef struct srv {
     uint32_t uses;                 /* jobs taken by slots */
     unsigned slots_alive;          /* --parallel: slot threads not yet ended */
     int stopping;
+    int drain;                     /* k3run batch: a slot ends when the queue is empty */
+    void (*on_done)(struct srv *s, srv_job *j);   /* k3run batch: a job ran (in its slot's thread, mu not held) */
+    void *user;
     unsigned active;               /* connections with a response not yet finished */
     srv_metrics mt;
     struct MHD_Daemon *mhd;
 } srv;
+
+/* The options of the generation, the same in k3run serve and k3run batch (serve_slots.c parses
+   them); each tool's own options follow SRV_OPT__END. */
+enum {
+    SRV_OPT_MODEL = K3_OPT_USER, SRV_OPT_PARALLEL, SRV_OPT_N, SRV_OPT_THINK_BUDGET, SRV_OPT_CONTEXT, SRV_OPT_BATCH,
+    SRV_OPT_BUDGET, SRV_OPT_PRESET, SRV_OPT_THREADS, SRV_OPT_TEMP, SRV_OPT_TOPK, SRV_OPT_TOPP, SRV_OPT_MINP,
+    SRV_OPT_REPEAT, SRV_OPT_SEED, SRV_OPT_SNAPSHOTS, SRV_OPT_DRAFT, SRV_OPT_NO_VERIFY_READS, SRV_OPT_VERIFY,
+    SRV_OPT__END
+};
+#define SRV_GEN_OPTS \
+    {SRV_OPT_MODEL, 'm', "model", "PACK", NULL, "K3_MODEL", "the pack directory (made by k3pack)"}, \
+    {SRV_OPT_PARALLEL, 0, "parallel", "S", "1", NULL, \
+    "answers generated together, sharing each forward pass (each one's bytes are what it gets alone)"}, \
+    {SRV_OPT_N, 'n', "n-predict", "N", "1024", NULL, "tokens per answer when a request gives no max_tokens"}, \
+    {SRV_OPT_THINK_BUDGET, 0, "think-budget", "N", "0 (none)", NULL, \
+    "after N reasoning tokens close the think channel and let the model answer"}, \
+    {SRV_OPT_CONTEXT, 'c', "context", "N", "4096", NULL, "positions the model holds (a whole conversation)"}, \
+    {SRV_OPT_BATCH, 'b', "batch", "auto|N", "auto", NULL, \
+    "prompt tokens per forward pass (auto: the planner chooses for the budget and -n)"}, \
+    {SRV_OPT_BUDGET, 'B', "budget", "SIZE", "what the machine allows", "K3_BUDGET", "memory to use (8G, 512M, ...)"}, \
+    {SRV_OPT_PRESET, 0, "preset", "NAME", NULL, NULL, "a named budget: laptop (8G), workstation (128G), server (224G)"}, \
+    {SRV_OPT_THREADS, 't', "threads", "N", "all CPUs", "K3_THREADS", "compute threads"}, \
+    {SRV_OPT_TEMP, 0, "temp", "T", "0 (greedy)", NULL, "temperature when a request gives none"}, \
+    {SRV_OPT_TOPK, 0, "top-k", "K", "0 (off)", NULL, "top_k when a request gives none"}, \
+    {SRV_OPT_TOPP, 0, "top-p", "P", "1 (off)", NULL, "top_p when a request gives none"}, \
+    {SRV_OPT_MINP, 0, "min-p", "P", "0 (off)", NULL, "min_p when a request gives none"}, \
+    {SRV_OPT_REPEAT, 0, "repeat-penalty", "R", "1 (off)", NULL, "repeat_penalty when a request gives none"}, \
+    {SRV_OPT_SEED, 's', "seed", "S", "0", NULL, "seed when a request gives none: same request, same answer"}, \
+    {SRV_OPT_SNAPSHOTS, 0, "snapshots", "N", "2", NULL, \
+    "state snapshots kept, to serve a conversation that went back from the prompt cache"}, \
+    {SRV_OPT_DRAFT, 0, "draft", "N", K3_DRAFT_DEFAULT_STR, NULL, \
+    "speculative decoding: verify up to N tokens drafted from the conversation per pass (0: off); same answers"}, \
+    {SRV_OPT_NO_VERIFY_READS, 0, "no-verify-reads", NULL, NULL, NULL, "do not check each tensor's XXH3-64 as it is read"}, \
+    {SRV_OPT_VERIFY, 0, "verify", NULL, NULL, NULL, "run k3verify's full check of the pack before loading it"}
+
+/* serve_slots.c */
+/* The SRV_GEN_OPTS of a: the pack, slots, load options, the requests' defaults; then the pack and its
+   tokenizer checked. An exit code, 0 on success. */
+int srv_configure_gen(srv *s, const k3_args *a);
+int srv_fail(k3_err e, const k3_diag *d);      /* print d, the exit code of e */
+/* Bring the pack up: tokenizer, plan (s->lo, with n_seq = n_slots), model, a chat per slot, the
+   batcher (n_slots > 1). An exit code, 0 on success. */
+int srv_load(srv *s);
+/* Run the slots: the jobs of the queue, each in a slot, until s->stopping (or, with s->drain, until
+   the queue is empty); with one slot on this thread, else on their own threads, this one running
+   the passes they share. */
+void srv_slots_run(srv *s);
 
 /* serve_http.c: start and stop the listener. */
 int srv_http_start(srv *s);

@@ -1,0 +1,199 @@
+/*
+ * serve_slots.c - the slots (serve_impl.h): bringing the model up with one
+ * chat per slot, choosing the slot of a queued job, and running the slots
+ * until the shutdown (k3run serve) or until the queue is empty (k3run batch).
+ */
+#include <omp.h>
+#include <pthread.h>
+#include <unistd.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli_args.h"
+#include "k3_log.h"
+#include "k3_sys.h"
+#include "serve_impl.h"
+
+int srv_fail(k3_err e, const k3_diag *d)
+{
+    k3_error("%s", d->msg);
+    return k3_exit_code(e);
+}
+
+int srv_configure_gen(srv *s, const k3_args *a)
+{
+    k3_diag d;
+    int rc;
+    if (!(s->pack = k3_opt_str(a, SRV_OPT_MODEL))) return k3_usage_error("no model: give the pack with -m PACK");
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    uint32_t topk, draft;
+    if ((rc = k3_cli_u32(a, SRV_OPT_PARALLEL, 1, 1, K3_SERVE_SLOTS_MAX, "parallel", &s->n_slots)) ||
+        (rc = k3_cli_u32(a, SRV_OPT_N, 1024, 1, 1u << 30, "n-predict", &s->co.n_predict)) ||
+        (rc = k3_cli_u32(a, SRV_OPT_THINK_BUDGET, 0, 0, 1u << 30, "think-budget", &s->co.think_budget)) ||
+        (rc = k3_cli_u32(a, SRV_OPT_THREADS, ncpu > 0 ? (uint64_t)ncpu : 1, 1, 1024, "threads", &s->threads)) ||
+        (rc = k3_cli_u32(a, SRV_OPT_CONTEXT, 4096, 16, 1u << 24, "context", &s->lo.context)) ||
+        (rc = k3_cli_batch(a, SRV_OPT_BATCH, &s->lo.batch)) ||
+        (rc = k3_cli_u32(a, SRV_OPT_SNAPSHOTS, 2, 0, 64, "snapshots", &s->lo.snapshots)) ||
+        (rc = k3_cli_u32(a, SRV_OPT_DRAFT, K3_DRAFT_DEFAULT, 0, K3_DRAFT_MAX, "draft", &draft)) ||
+        (rc = k3_cli_u32(a, SRV_OPT_TOPK, 0, 0, UINT32_MAX, "top-k", &topk)) ||
+        (rc = k3_cli_float(a, SRV_OPT_TEMP, 0.0f, "temp", &s->so.temp)) ||
+        (rc = k3_cli_float(a, SRV_OPT_TOPP, 1.0f, "top-p", &s->so.top_p)) ||
+        (rc = k3_cli_float(a, SRV_OPT_MINP, 0.0f, "min-p", &s->so.min_p)) ||
+        (rc = k3_cli_float(a, SRV_OPT_REPEAT, 1.0f, "repeat-penalty", &s->so.repeat_penalty)) ||
+        (rc = k3_cli_budget(a, SRV_OPT_BUDGET, SRV_OPT_PRESET, &s->lo.budget)))
+        return rc;
+    s->lo.n_seq = s->n_slots;
+    s->so.top_k = topk;
+    if (k3_opt_u64(a, SRV_OPT_SEED, 0, 0, &s->so.seed, &d)) return k3_usage_error("%s", d.msg);
+    if (k3_sampler_check(&s->so, &d)) return k3_usage_error("%s", d.msg);
+    omp_set_num_threads((int)s->threads);
+    if (k3_isa_choose(getenv("K3_ISA"), &s->lo.isa, &d)) return k3_usage_error("K3_ISA: %s", d.msg);
+    s->lo.pack = s->pack;
+    s->lo.verify = k3_opt_count(a, SRV_OPT_VERIFY) > 0;
+    s->lo.verify_reads = !k3_opt_count(a, SRV_OPT_NO_VERIFY_READS);
+    s->lo.spec_tokens = draft ? draft + 1 : 0;
+    s->lo.generate_tokens = s->co.n_predict;         /* -b auto prices an answer of -n tokens */
+    if (k3_cli_check_pack(s->pack, &d)) { k3_error("%s", d.msg); return K3_EXIT_IO; }
+    char tik[4200];
+    if (!k3_cli_has_tokenizer(s->pack, tik, sizeof tik))
+        return k3_usage_error("the pack has no tokenizer ('%s' does not exist): generating text needs one; copy "
+                              "the checkpoint's tiktoken.model and tokenizer_config.json into the pack", tik);
+    return 0;
+}
+
+int srv_load(srv *s)
+{
+    k3_diag d;
+    k3_err e;
+    int usage = 0;
+    double t0 = k3_now();
+    if ((e = k3_tok_load_dir(s->pack, &s->tok, &d))) return srv_fail(e, &d);
+    if ((e = k3_load_plan(&s->lo, &s->ld, &usage, &d))) return usage ? k3_usage_error("%s", d.msg) : srv_fail(e, &d);
+    if ((e = k3_load_model(&s->lo, &s->ld, &d))) return srv_fail(e, &d);
+    if (!(s->slots = calloc(s->n_slots, sizeof *s->slots))) return srv_fail(k3_fail(&d, K3_ERR_NOMEM, "out of memory"), &d);
+    for (uint32_t i = 0; i < s->n_slots; i++) {
+        srv_slot *sl = &s->slots[i];
+        sl->s = s;
+        sl->idx = i;
+        sl->h = k3_model_seq(s->ld.m, i);
+        if ((e = k3_chat_new(sl->h, s->tok, &s->so, s->lo.snapshots, &sl->chat, &d))) return srv_fail(e, &d);
+        k3_chat_set_draft(sl->chat, s->ld.plan.verify_tokens ? s->ld.plan.verify_tokens - 1 : 0,
+                          k3_dec_rho(&s->ld.plan, s->ld.geo));
+    }
+    if (s->n_slots > 1 && (e = k3_batcher_new(s->ld.m, 0, &s->bat, &d))) return srv_fail(e, &d);
+    s->eos = k3w_config(s->ld.w)->eos_token_id;
+    k3w_stats(s->ld.w, &s->w_base);
+    s->t_load = k3_now() - t0 - s->ld.t_verify;
+    return 0;
+}
+
+/* Tokens at the start of a and b alike. */
+static uint32_t common_prefix(const int32_t *a, uint32_t na, const int32_t *b, uint32_t nb)
+{
+    uint32_t i = 0;
+    while (i < na && i < nb && a[i] == b[i]) i++;
+    return i;
+}
+
+/*
+ * Whether slot sl takes the job at the head of the queue (mu held). Among the idle slots: one whose
+ * held tokens all begin the job's prompt, or that holds the whole prompt (a conversation going on,
+ * or a prompt resent);
+ * else an empty one (the caches of the others stay); else the one sharing the longest prefix with
+ * the prompt, the least recently used among equals.
+ */
+static int mine(srv *s, srv_slot *sl)
+{
+    if (!s->q_n) return 0;
+    if (s->n_slots == 1) return 1;
+    const srv_job *j = s->queue[s->q_head];
+    const int32_t *p = j->kind == SRV_CHAT ? j->route : j->ids;
+    uint32_t np = j->kind == SRV_CHAT ? j->n_route : j->n_ids;
+    int best = -1;
+    uint64_t best_key = 0;
+    for (uint32_t i = 0; i < s->n_slots; i++) {
+        srv_slot *o = &s->slots[i];
+        if (!o->idle && o != sl) continue;
+        uint32_t nh = 0;
+        const int32_t *h = k3_chat_held(o->chat, &nh);
+        uint32_t len = p ? common_prefix(h, nh, p, np) : 0;
+        /* rank: 2 holds the conversation, 1 empty, 0 else; then the prefix; then the oldest use */
+        uint64_t rank = nh && (len == nh || len == np) ? 2 : nh == 0 ? 1 : 0;
+        uint64_t key = rank << 62 | (uint64_t)len << 30 | (uint64_t)((1u << 30) - 1 - (o->used & ((1u << 30) - 1)));
+        if (best < 0 || key > best_key) { best = (int)i; best_key = key; }
+    }
+    return best == (int)sl->idx;
+}
+
+/* A slot: one job at a time, from the queue, until the shutdown. */
+static void slot_loop(srv_slot *sl)
+{
+    srv *s = sl->s;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        sl->idle = 1;
+        while (!s->stopping && !(s->drain && !s->q_n) && !mine(s, sl)) pthread_cond_wait(&s->cv, &s->mu);
+        sl->idle = 0;
+        if (s->stopping || (s->drain && !s->q_n)) break;
+        srv_job *j = s->queue[s->q_head];
+        s->q_head = (s->q_head + 1) % s->ring;
+        s->q_n--;
+        pthread_cond_broadcast(&s->cv);          /* the next job may be another slot's */
+        if (j->cancel) {                         /* its client left while it waited */
+            j->status = 499;
+            j->state = SRV_DONE;
+        } else {
+            j->state = SRV_RUNNING;
+            sl->job = j;
+            sl->used = ++s->uses;
+            s->running++;
+            pthread_mutex_unlock(&s->mu);
+            double t0 = k3_now();
+            if (s->bat) k3_batcher_attach(s->bat, sl->h);
+            srv_api_run(s, sl, j);
+            if (s->bat) k3_batcher_detach(s->bat, sl->h);
+            if (s->on_done) s->on_done(s, j);
+            pthread_mutex_lock(&s->mu);
+            sl->busy_s += k3_now() - t0;
+            s->running--;
+            sl->job = NULL;
+            j->state = SRV_DONE;
+        }
+        pthread_cond_broadcast(&s->cv);
+        srv_job_unref(s, j);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void *slot_thread(void *arg)
+{
+    srv_slot *sl = arg;
+    slot_loop(sl);
+    pthread_mutex_lock(&sl->s->mu);
+    if (--sl->s->slots_alive == 0) k3_batcher_stop(sl->s->bat);   /* the last one: no more passes */
+    pthread_mutex_unlock(&sl->s->mu);
+    return NULL;
+}
+
+void srv_slots_run(srv *s)
+{
+    if (s->n_slots == 1) {
+        slot_loop(&s->slots[0]);
+    } else {
+        uint32_t started = 0;
+        s->slots_alive = s->n_slots;
+        for (uint32_t i = 0; i < s->n_slots; i++) {
+            if (pthread_create(&s->slots[i].th, NULL, slot_thread, &s->slots[i])) break;
+            started++;
+        }
+        if (started < s->n_slots) {
+            k3_warn("could start only %u of %u slot threads", started, s->n_slots);
+            pthread_mutex_lock(&s->mu);
+            s->slots_alive -= s->n_slots - started;
+            if (!s->slots_alive) k3_batcher_stop(s->bat);
+            pthread_mutex_unlock(&s->mu);
+        }
+        k3_batcher_run(s->bat);                  /* until the last slot thread ends */
+        for (uint32_t i = 0; i < started; i++) pthread_join(s->slots[i].th, NULL);
+    }
+}
