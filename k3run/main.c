@@ -106,6 +106,11 @@ static const char footer[] =
     "  k3run -m ~/packs/k3 --perplexity heldout.txt --save-logits base.logits\n"
     "  k3run -m ~/packs/k3-q8 --perplexity heldout.txt --kl-divergence base.logits   # KL, same top token\n"
     "\n"
+    "Subcommands (each with its own --help):\n"
+    "  k3run chat -m PACK                          a conversation in the terminal\n"
+    "  k3run serve -m PACK [--parallel S]          the OpenAI API over HTTP, S answers sharing each pass\n"
+    "  k3run batch -m PACK IN.jsonl -o OUT.jsonl   a file of Batch API requests (--parallel S)\n"
+    "\n"
     "Interrupted by Ctrl-C, k3run prints the text so far and exits with 130.\n";
 
 static int fail(k3_err e, const k3_diag *d)
@@ -284,6 +289,7 @@ int main(int argc, char **argv)
     }
     if (argc > 1 && !strcmp(argv[1], "chat")) return k3_chat_main(argc - 1, argv + 1);   /* k3run chat ... */
     if (argc > 1 && !strcmp(argv[1], "serve")) return k3_serve_main(argc - 1, argv + 1); /* k3run serve ... */
+    if (argc > 1 && !strcmp(argv[1], "batch")) return k3_batch_main(argc - 1, argv + 1); /* k3run batch ... */
     k3_args a;
     k3_diag d;
     if (k3_opts_parse(opts, N_OPTS, argc, argv, &a, &d)) return k3_usage_error("%s", d.msg);

@@ -6,5 +6,7 @@
 #define K3_SERVE_CLI_H
 
 int k3_serve_main(int argc, char **argv);
+/* `k3run batch` (batch_cli.c): a file of Batch API requests through the same slots. */
+int k3_batch_main(int argc, char **argv);
 
 #endif
