@@ -21,7 +21,7 @@
 enum {
     OPT_SUMMARY = K3_OPT_USER, OPT_JSON, OPT_FILTER, OPT_CONFIG, OPT_NO_CONFIG, OPT_SHARDS, OPT_PLAN, OPT_BUDGET,
     OPT_PRESET, OPT_CONTEXT, OPT_BATCH, OPT_DRAFT, OPT_RANKS, OPT_RANK0_EXPERTS,
-    OPT_TRUNK, OPT_SPLIT_MIN, OPT_FMA_PEAK, OPT_N
+    OPT_TRUNK, OPT_SPLIT_MIN, OPT_FMA_PEAK, OPT_N, OPT_PARALLEL, OPT_MEM_BW
 };
 
 static const k3_opt opts[] = {
@@ -48,6 +48,12 @@ static const k3_opt opts[] = {
      "--plan: the fp32 FMA peak a prompt's compute is priced at (tests/bench/bench_kernels measures yours)"},
     {OPT_DRAFT, 0, "draft", "N", K3_DRAFT_DEFAULT_STR, NULL,
      "--plan: drafted tokens per verify pass (as k3run --draft; 0: no speculative decoding)"},
+    {OPT_PARALLEL, 0, "parallel", "S", NULL, NULL,
+     "--plan: the plan for S conversations sharing each pass (as k3run serve --parallel S; refused where it does "
+     "not fit), and tokens/s per conversation and in all for 1 to 32 of them"},
+    {OPT_MEM_BW, 0, "mem-bw", "GB/S", "40", NULL,
+     "--plan --parallel: the memory bandwidth a pass's resident weights and states are read at "
+     "(tests/bench/bench_membw measures yours)"},
     {OPT_RANKS, 0, "ranks", "R", "1", NULL,
      "--plan: the experts across R MPI ranks (mpirun -n R k3run), each with this budget: the plan of rank 0 "
      "and of the others, the network bytes per token"},
@@ -140,6 +146,18 @@ static int plan_cmd(const k3_args *a, const char *src)
     if (draft > 16) return k3_usage_error("--draft must be in 0..16");
     if (gen > (1u << 30)) return k3_usage_error("--n-predict must be in 0..%u", 1u << 30);
     if (ranks < 1 || ranks > 256) return k3_usage_error("--ranks must be in 1..256");
+    uint64_t par = 0;
+    double mem_bw = K3_MEM_GBS_DEFAULT;
+    const char *mbs = k3_opt_str(a, OPT_MEM_BW);
+    if (k3_opt_u64(a, OPT_PARALLEL, 0, 0, &par, &d)) return k3_usage_error("%s", d.msg);
+    if (k3_opt_count(a, OPT_PARALLEL) && (par < 1 || par > 64)) return k3_usage_error("--parallel must be in 1..64");
+    if (par && ranks > 1) return k3_usage_error("--parallel is planned for one process (not with --ranks)");
+    if (mbs) {
+        char *end;
+        mem_bw = strtod(mbs, &end);
+        if (end == mbs || *end || !(mem_bw > 0) || mem_bw > 1e6)
+            return k3_usage_error("--mem-bw: '%s' is not a bandwidth in GB/s (a number above 0, e.g. 40)", mbs);
+    }
     const char *r0 = k3_opt_str(a, OPT_RANK0_EXPERTS);
     int first = 0;
     if (r0 && !strcmp(r0, "no")) first = 1;
@@ -189,6 +207,31 @@ static int plan_cmd(const k3_args *a, const char *src)
     e = k3i_rank_plans(&cfg, &geo, budget, (uint32_t)context, batch, (uint32_t)gen, verify, (int)ranks, first, split,
                        split_min, rgeo, rplan, &d);
     if (e) return e == K3_ERR_USAGE ? k3_usage_error("%s", d.msg) : fail(e, &d);
+    /* --parallel S: the plan is S sequences' (refused where it does not fit), and the table of 1..32 */
+    static k3_par_row prow[K3_PAR_N_SLOTS + 1];
+    int n_prow = 0;
+    if (par) {
+        k3_diag pd;
+        e = k3_plan_choose_seq(&cfg, &geo, budget, (uint32_t)context, batch, 0, (uint32_t)gen, 0, 0, verify,
+                               (uint32_t)par, &rplan[0], &pd);
+        if (e == K3_ERR_USAGE)
+            return k3_usage_error("--parallel %llu: %s", (unsigned long long)par, pd.msg);
+        if (e) return fail(e, &pd);
+        int have = 0;
+        for (int i = 0; i <= K3_PAR_N_SLOTS; i++) {
+            uint32_t S = i < K3_PAR_N_SLOTS ? k3_par_slots[i] : (uint32_t)par;
+            if (i == K3_PAR_N_SLOTS && have) break;
+            have |= S == par;
+            k3_par_row *w = &prow[n_prow++];
+            w->slots = S;
+            k3_diag td;
+            e = k3_plan_choose_seq(&cfg, &geo, budget, (uint32_t)context, batch, 0, (uint32_t)gen, 0, 0, verify, S,
+                                   &w->plan, &td);
+            if (e && e != K3_ERR_USAGE) return fail(e, &td);
+            w->fits = !e;
+            if (!e) k3_decode_cost_of(&cfg, &geo, &w->plan, S, (uint32_t)context / 2, &w->cost);
+        }
+    }
     const k3_plan *pl = &rplan[0];
     const k3_geometry *pg = &rgeo[0];
     double sent = 0, recv = 0;
@@ -244,6 +287,11 @@ static int plan_cmd(const k3_args *a, const char *src)
         }
         json_t *tt = ranks == 1 ? k3_ttft_json(rows, K3_TTFT_N_PROMPTS, fma) : json_null();
         json_object_set_new(o, "time_to_first_token", tt ? tt : json_null());
+        if (par) {
+            json_object_set_new(o, "parallel", json_integer((json_int_t)par));
+            json_t *pj = k3_par_json(prow, n_prow, fma, mem_bw);
+            json_object_set_new(o, "conversations", pj ? pj : json_null());
+        }
         json_dumpf(o, stdout, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
         printf("\n");
         json_decref(o);
@@ -259,6 +307,10 @@ static int plan_cmd(const k3_args *a, const char *src)
         if (ranks == 1) {
             printf("\n");
             k3_ttft_print(stdout, rows, K3_TTFT_N_PROMPTS, fma);
+        }
+        if (par) {
+            printf("\n");
+            k3_par_print(stdout, prow, n_prow, fma, mem_bw);
         }
         if (ranks > 1) {
             printf("\nEach other rank (rank 1 shown; its share of the experts, %s), at this budget:\n",
@@ -288,7 +340,7 @@ int main(int argc, char **argv)
         k3_opts_help(stdout,
                      "k3inspect [OPTIONS] SRC\n"
                      "       k3inspect --plan (--budget SIZE | --preset NAME) [--context N] [--batch auto|N] [--draft N]\n"
-                     "                 [-n N] [--fma-peak GFLOPS] [--ranks R] [--json]"
+                     "                 [-n N] [--fma-peak GFLOPS] [--ranks R] [--parallel S [--mem-bw GB/S]] [--json]"
                      " PACK|config.json",
                      purpose, opts, N_OPTS, footer);
         return K3_EXIT_OK;
@@ -303,11 +355,12 @@ int main(int argc, char **argv)
     if (k3_opt_count(&a, OPT_PLAN)) return plan_cmd(&a, a.pos[0]);
     {
         static const int need_plan[] = {OPT_BUDGET, OPT_PRESET, OPT_CONTEXT, OPT_BATCH, OPT_DRAFT, OPT_RANKS,
-                                        OPT_FMA_PEAK, OPT_N};
+                                        OPT_FMA_PEAK, OPT_N, OPT_PARALLEL, OPT_MEM_BW};
         /* --rank0-experts may come from K3_RANK0_EXPERTS, which k3run reads too: not refused alone */
         static const char *const need_plan_name[] = {"--budget", "--preset", "--context", "--batch", "--draft",
-                                                     "--ranks", "--fma-peak", "--n-predict"};
-        for (int i = 0; i < 8; i++)
+                                                     "--ranks", "--fma-peak", "--n-predict", "--parallel",
+                                                     "--mem-bw"};
+        for (int i = 0; i < 10; i++)
             if (k3_opt_count(&a, need_plan[i])) return k3_usage_error("%s is for --plan", need_plan_name[i]);
     }
     if (k3_opt_count(&a, OPT_CONFIG) && k3_opt_count(&a, OPT_NO_CONFIG)) {

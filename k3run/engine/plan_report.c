@@ -44,6 +44,8 @@ char *k3_plan_streamed_list(const k3_plan *p, char *buf, size_t cap)
 }
 
 /* Binary units, sized to the amount: "1.41 TiB", "7.99 GiB", "16.7 MiB", "14.0 KiB", "256 B". */
+static const char *hs(uint64_t b, char *buf);
+const char *k3_plan_human(uint64_t b, char *buf) { return hs(b, buf); }
 static const char *hs(uint64_t b, char *buf)
 {
     if (b >= (1ull << 40)) snprintf(buf, 24, "%.2f TiB", (double)b / 1099511627776.0);

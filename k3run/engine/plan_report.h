@@ -57,6 +57,41 @@ typedef struct k3_ttft_row {
 } k3_ttft_row;
 /* The table as text (after k3_plan_print) and as JSON ("time_to_first_token"). */
 void k3_ttft_print(FILE *f, const k3_ttft_row *rows, int n, double fma_gflops);
+/* Bytes in binary units sized to the amount ("1.41 TiB", "16.7 MiB"); buf [24]. */
+const char *k3_plan_human(uint64_t b, char *buf);
+
+/*
+ * Parallel (plan_parallel.c): S conversations sharing each pass (k3run serve --parallel S). A
+ * decode pass carries one token of each, at position pos: it reads the streamed trunk once, the
+ * experts its S x k picks use that the cache lacks (uniform routing), S embedding rows; it
+ * touches in memory the resident trunk, the cached experts it uses and the sequences' states
+ * (their KDA states and the MLA cache up to pos); its compute is S tokens' (weights, attention,
+ * KDA state, lm_head). The pass takes the largest of reads / disk bandwidth, compute / FMA peak
+ * and memory traffic / memory bandwidth (they overlap): S tokens, one per conversation.
+ */
+typedef struct k3_decode_cost {
+    uint32_t rows, pos;
+    double experts_used;         /* expert records the pass uses */
+    double expert_reads;         /* of them, read (not in the cache) */
+    double read_bytes;           /* from the pack: the streamed trunk, the experts read, embedding rows */
+    double touched_bytes;        /* from memory: the resident trunk, cached experts used, the states */
+    double flops;
+} k3_decode_cost;
+void k3_decode_cost_of(const k3_config *c, const k3_geometry *g, const k3_plan *p, uint32_t S, uint32_t pos,
+                       k3_decode_cost *out);
+double k3_decode_seconds(const k3_decode_cost *dc, double disk_gbs, double fma_gflops, double mem_gbs);
+
+#define K3_PAR_N_SLOTS 6
+extern const uint32_t k3_par_slots[K3_PAR_N_SLOTS];            /* 1, 2, 4, 8, 16, 32 */
+#define K3_MEM_GBS_DEFAULT 40.0        /* the memory bandwidth --plan assumes (bench_membw measures yours) */
+typedef struct k3_par_row {
+    uint32_t slots;
+    int fits;                    /* the budget holds the plan for `slots` sequences */
+    k3_plan plan;
+    k3_decode_cost cost;
+} k3_par_row;
+void k3_par_print(FILE *f, const k3_par_row *rows, int n, double fma_gflops, double mem_gbs);
+json_t *k3_par_json(const k3_par_row *rows, int n, double fma_gflops, double mem_gbs);
 json_t *k3_ttft_json(const k3_ttft_row *rows, int n, double fma_gflops);
 
 /* Expected expert bytes read per decoded token (expert_reads_per_token x record size), rounded. */
