@@ -179,7 +179,8 @@ static int common_fields(srv *s, chk *c, srv_job *j)
     long long n = 1, mt = 0, seed = 0, top_k = 0;
     int given = 0, seeded = 0;
     if ((rc = get_int(c, "n", 1, 1000000, &n, NULL))) return rc;
-    if (n != 1) return bad(c, "'n' is %lld: k3 generates one choice per request (n = 1)", n);
+    if (n > SRV_N_MAX) return bad(c, "'n' is %lld: at most %d choices per request", n, SRV_N_MAX);
+    j->n_choices = (int)n;
     if ((rc = get_int(c, "max_tokens", 1, 1 << 30, &mt, &given))) return rc;
     if ((rc = get_int(c, "max_completion_tokens", 1, 1 << 30, &mt, &given))) return rc;
     if (given) j->co.n_predict = (uint32_t)mt;
@@ -295,6 +296,7 @@ out:
 typedef struct run_ctx {
     srv *s;
     srv_job *j;
+    int index;                     /* the choice being generated */
 } run_ctx;
 
 /* Append an event (data: JSON) or a body to the job's output, for the connection to send. */
@@ -338,11 +340,11 @@ static void put_delta(run_ctx *r, json_t *delta, const char *finish)
     srv_job *j = r->j;
     json_t *fin = finish ? json_string(finish) : json_null(), *ch;
     if (j->kind == SRV_CHAT) {
-        ch = json_pack("{s:i,s:o,s:n,s:o}", "index", 0, "delta", delta, "logprobs", "finish_reason", fin);
+        ch = json_pack("{s:i,s:o,s:n,s:o}", "index", r->index, "delta", delta, "logprobs", "finish_reason", fin);
     } else {                                       /* a completion's chunk carries the text itself */
         json_t *t = json_object_get(delta, "content");
-        ch = json_pack("{s:o,s:i,s:n,s:o}", "text", t ? json_incref(t) : json_string(""), "index", 0, "logprobs",
-                       "finish_reason", fin);
+        ch = json_pack("{s:o,s:i,s:n,s:o}", "text", t ? json_incref(t) : json_string(""), "index", r->index,
+                       "logprobs", "finish_reason", fin);
         json_decref(delta);
     }
     put_json(r->s, j, chunk(j, ch));
@@ -436,25 +438,77 @@ static json_t *k3_json(const srv *s, const k3_chat_stats *st, const k3_weights_s
     return k;
 }
 
+/* Sum a choice's figures into the request's (the prompt is the first choice's: the others find it
+   in the cache). */
+static void add_stats(k3_chat_stats *all, const k3_chat_stats *st, int first)
+{
+    if (first) { *all = *st; return; }
+    all->completion_tokens += st->completion_tokens;
+    all->reasoning_tokens += st->reasoning_tokens;
+    all->t_gen += st->t_gen;
+    all->dec.passes += st->dec.passes;
+    all->dec.drafted += st->dec.drafted;
+    all->dec.accepted += st->dec.accepted;
+    all->dec.tokens += st->dec.tokens;
+}
+
+/*
+ * n choices (n > 1) are generated one after another in the slot from one processed prompt: the
+ * first processes it, each next one finds it whole in the prompt cache (the snapshot at its end),
+ * so nothing of it is read again. Choice i samples with the request's seed + i: it is the answer
+ * the same request with that seed gets alone.
+ */
 void srv_api_run(srv *s, srv_slot *sl, srv_job *j)
 {
     run_ctx r = {.s = s, .j = j};
     k3_chat_sink sink = {.text = on_text, .call = on_call, .ctx = &r};
-    k3_chat_stats st;
+    k3_chat_stats st, all;
     k3_weights_stats w0, w1;
     k3_diag d;
-    char *message = NULL, *text = NULL;
-    size_t text_len = 0;
+    k3_err e = K3_OK;
+    json_t *choices = json_array();
     k3w_stats(s->ld.w, &w0);
-    if (j->stream && j->kind == SRV_CHAT) put_delta(&r, json_pack("{s:s,s:s}", "role", "assistant", "content", ""), NULL);
-    k3_err e = k3_chat_set_sampler(sl->chat, &j->so, &d);
-    if (!e && j->kind == SRV_CHAT)
-        e = k3_chat_turn(sl->chat, j->body, j->body_len, &j->co, &sink, &j->cancel, &message, &st, &d);
-    else if (!e)
-        e = k3_chat_complete(sl->chat, j->ids, j->n_ids, s->eos, &j->co, &sink, &j->cancel, &text, &text_len, &st, &d);
+    memset(&all, 0, sizeof all);
+    for (int i = 0; i < j->n_choices && !e; i++) {
+        char *message = NULL, *text = NULL;
+        size_t text_len = 0;
+        r.index = i;
+        j->n_calls = 0;
+        if (j->stream && j->kind == SRV_CHAT)
+            put_delta(&r, json_pack("{s:s,s:s}", "role", "assistant", "content", ""), NULL);
+        k3_sampler_opts so = j->so;
+        so.seed += (uint64_t)i;
+        e = k3_chat_set_sampler(sl->chat, &so, &d);
+        if (!e && j->kind == SRV_CHAT)
+            e = k3_chat_turn(sl->chat, j->body, j->body_len, &j->co, &sink, &j->cancel, &message, &st, &d);
+        else if (!e)
+            e = k3_chat_complete(sl->chat, j->ids, j->n_ids, s->eos, &j->co, &sink, &j->cancel, &text, &text_len, &st,
+                                 &d);
+        if (!e) {
+            add_stats(&all, &st, i == 0);
+            const char *finish = !strcmp(st.finish, "interrupted") ? "stop" : st.finish;
+            if (j->stream) {
+                for (int ch = 0; ch < 2; ch++) emit_text(&r, ch, utf8_take(&j->u8[ch], NULL, 0, 1));
+                put_delta(&r, j->kind == SRV_CHAT ? json_object() : json_pack("{s:s}", "content", ""), finish);
+            } else if (j->kind == SRV_CHAT) {
+                json_t *msg = json_loads(message, JSON_ALLOW_NUL, NULL);
+                json_array_append_new(choices, json_pack("{s:i,s:o,s:n,s:s}", "index", i, "message",
+                                                         msg ? msg : json_object(), "logprobs", "finish_reason", finish));
+            } else {
+                char *t = k3_utf8_sanitize(text, text_len, NULL);
+                json_array_append_new(choices, json_pack("{s:i,s:s,s:n,s:s}", "index", i, "text", t ? t : "",
+                                                         "logprobs", "finish_reason", finish));
+                free(t);
+            }
+            if (j->cancel) break;                      /* the client left or the server stops */
+        }
+        free(message);
+        free(text);
+    }
     k3w_stats(s->ld.w, &w1);
     if (e) {
         /* a failure after the request was accepted: the model's state is unknown, start afresh */
+        json_decref(choices);
         k3_chat_reset(sl->chat);
         int status = e == K3_ERR_USAGE ? 400 : 500;
         char *err = srv_api_error_json(status, d.msg);
@@ -467,43 +521,29 @@ void srv_api_run(srv *s, srv_slot *sl, srv_job *j)
         free(err);
         return;
     }
-    const char *finish = !strcmp(st.finish, "interrupted") ? "stop" : st.finish;
     if (j->stream) {
-        for (int ch = 0; ch < 2; ch++) emit_text(&r, ch, utf8_take(&j->u8[ch], NULL, 0, 1));
-        put_delta(&r, j->kind == SRV_CHAT ? json_object() : json_pack("{s:s}", "content", ""), finish);
+        json_decref(choices);
         if (j->include_usage) {
             json_t *c = chunk(j, NULL);
-            json_object_set_new(c, "usage", usage_json(&st));
-            json_object_set_new(c, "k3", k3_json(s, &st, &w0, &w1));
+            json_object_set_new(c, "usage", usage_json(&all));
+            json_object_set_new(c, "k3", k3_json(s, &all, &w0, &w1));
             put_json(s, j, c);
         }
         put(s, j, "[DONE]", 1);
     } else {
-        json_t *choice;
-        if (j->kind == SRV_CHAT) {
-            json_t *msg = json_loads(message, JSON_ALLOW_NUL, NULL);
-            choice = json_pack("{s:i,s:o,s:n,s:s}", "index", 0, "message", msg ? msg : json_object(), "logprobs",
-                               "finish_reason", finish);
-        } else {
-            char *t = k3_utf8_sanitize(text, text_len, NULL);
-            choice = json_pack("{s:i,s:s,s:n,s:s}", "index", 0, "text", t ? t : "", "logprobs", "finish_reason", finish);
-            free(t);
-        }
-        json_t *doc = json_pack("{s:s,s:s,s:I,s:s,s:[o],s:o,s:o}", "id", j->id, "object",
+        json_t *doc = json_pack("{s:s,s:s,s:I,s:s,s:o,s:o,s:o}", "id", j->id, "object",
                                 j->kind == SRV_CHAT ? "chat.completion" : "text_completion", "created",
-                                (json_int_t)j->created, "model", j->model, "choices", choice, "usage", usage_json(&st),
-                                "k3", k3_json(s, &st, &w0, &w1));
+                                (json_int_t)j->created, "model", j->model, "choices", choices, "usage",
+                                usage_json(&all), "k3", k3_json(s, &all, &w0, &w1));
         j->status = 200;
         put_json(s, j, doc);
     }
-    free(message);
-    free(text);
     pthread_mutex_lock(&s->mu);
-    s->mt.prompt_tokens += st.prompt_tokens;
-    s->mt.cached_tokens += st.cached_tokens;
-    s->mt.completion_tokens += st.completion_tokens;
-    s->mt.gen_seconds += st.t_gen;
-    sl->tokens += st.completion_tokens;
+    s->mt.prompt_tokens += all.prompt_tokens;
+    s->mt.cached_tokens += all.cached_tokens;
+    s->mt.completion_tokens += all.completion_tokens;
+    s->mt.gen_seconds += all.t_gen;
+    sl->tokens += all.completion_tokens;
     if (s->n_slots == 1) {              /* with several slots the reads are shared: counted from the weights */
         s->mt.bytes_read += w1.bytes_read - w0.bytes_read;
         s->mt.expert_hits += w1.expert_hits - w0.expert_hits;

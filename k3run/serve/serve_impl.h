@@ -38,7 +38,8 @@
 #include "serve_cli.h"
 
 #define SRV_FLUSH_MS 20
-#define K3_SERVE_SLOTS_MAX 64      /* --parallel at most */            /* a stream's events wait at most this long to go out */
+#define K3_SERVE_SLOTS_MAX 64      /* --parallel at most */
+#define SRV_N_MAX 16               /* a request's n (choices) at most */            /* a stream's events wait at most this long to go out */
 
 /* A growing byte buffer. */
 typedef struct srv_buf {
@@ -70,6 +71,7 @@ typedef struct srv_job {
     char **stops;                  /* [n_stops] owned */
     k3_sampler_opts so;
     int stream, include_usage;
+    int n_choices;                 /* n: choices generated (one after another, from one processed prompt) */
     char id[48];                   /* "chatcmpl-..." / "cmpl-..." */
     long long created;
     char *model;                   /* the name the response carries */

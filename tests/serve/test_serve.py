@@ -177,7 +177,7 @@ class ServeKjv(unittest.TestCase):
                  (CHAT, "POST", {"messages": "hi"}, 400), (CHAT, "POST", {}, 400),
                  (CHAT, "POST", {"messages": []}, 400),
                  (CHAT, "POST", {"messages": [{"role": "wizard", "content": "hi"}]}, 400),
-                 (CHAT, "POST", dict(good, n=2), 400), (CHAT, "POST", dict(good, temperature="hot"), 400),
+                 (CHAT, "POST", dict(good, n=17), 400), (CHAT, "POST", dict(good, temperature="hot"), 400),
                  (CHAT, "POST", dict(good, max_tokens=0), 400), (CHAT, "POST", dict(good, max_tokens=1.5), 400),
                  (CHAT, "POST", dict(good, top_p=0), 400), (CHAT, "POST", dict(good, stream="yes"), 400),
                  (CHAT, "POST", dict(good, stop=[""]), 400), (CHAT, "POST", dict(good, stop=7), 400),

@@ -157,6 +157,39 @@ class TestParallel(unittest.TestCase):
         reqs = requests(6, False, 12)
         self.case(self.tiny, S, ["-t", "1", "--budget", str(b)], reqs, "tiny at the minimum budget, 6 slots")
 
+    def test_n_choices(self):
+        """n = 3: three choices from one processed prompt, choice i the answer of the same request with
+        seed + i alone; streamed, the chunks carry each choice's index."""
+        srv = Server(self.kjv, ["--parallel", "2", "-t", "2"])
+        try:
+            for path, base in (("/v1/chat/completions", {"messages": [{"role": "user", "content": "Who was Moses?"}]}),
+                               ("/v1/completions", {"prompt": "In the beginning"})):
+                body = dict(base, max_tokens=12, temperature=0.9, seed=40)
+                many = post(srv, path, dict(body, n=3))
+                self.assertEqual([c["index"] for c in many["choices"]], [0, 1, 2])
+                alone = [post(srv, path, dict(body, seed=40 + i))["choices"][0] for i in range(3)]
+                for i in range(3):
+                    self.assertEqual(dict(many["choices"][i], index=0), alone[i], "%s choice %d" % (path, i))
+                self.assertEqual(many["usage"]["completion_tokens"],
+                                 sum(post(srv, path, dict(body, seed=40 + i))["usage"]["completion_tokens"]
+                                     for i in range(3)))
+                # streamed: each choice's text reassembled from the chunks of its index
+                c = http.client.HTTPConnection(srv.host, srv.port, timeout=120)
+                c.request("POST", path, json.dumps(dict(body, n=3, stream=True)), {"Content-Type": "application/json"})
+                texts = {}
+                for line in c.getresponse().read().decode().splitlines():
+                    if line.startswith("data: {"):
+                        ch = json.loads(line[6:])["choices"]
+                        for x in ch:
+                            piece = x.get("text") if "text" in x else (x.get("delta") or {}).get("content")
+                            texts[x["index"]] = texts.get(x["index"], "") + (piece or "")
+                c.close()
+                for i in range(3):
+                    want = alone[i].get("text") if "text" in alone[i] else alone[i]["message"]["content"]
+                    self.assertEqual(texts[i], want, "%s streamed choice %d" % (path, i))
+        finally:
+            self.assertEqual(srv.stop(), 0)
+
     def test_leave_and_route(self):
         srv = Server(self.kjv, ["--parallel", "3", "-t", "2"])
         try:
