@@ -27,13 +27,12 @@
 #include "k3_sys.h"
 #include "serve_impl.h"
 
-enum { OPT_OUT = SRV_OPT__END, OPT_NAME };
+enum { OPT_OUT = SRV_OPT__END };
 
 static const k3_opt opts[] = {
     SRV_GEN_OPTS,
     {OPT_OUT, 'o', "output", "OUT.jsonl", NULL, NULL,
      "the answers, one JSON line per request (appended; a rerun skips the custom_ids already there)"},
-    {OPT_NAME, 0, "name", "NAME", "the pack's directory name", NULL, "the model's name in the answers"},
     K3_OPTS_COMMON,
 };
 #define N_OPTS ((int)(sizeof opts / sizeof opts[0]))
@@ -344,16 +343,6 @@ int k3_batch_main(int argc, char **argv)
     b.in_path = a.pos[0];
     if (!(b.out_path = k3_opt_str(&a, OPT_OUT))) return k3_usage_error("no output: give -o OUT.jsonl");
     if ((rc = srv_configure_gen(s, &a))) return rc;
-    s->model_name = k3_opt_str(&a, OPT_NAME);
-    if (!s->model_name) {                              /* the pack directory's last name, as serve says it */
-        static char name[256];
-        size_t n = strlen(s->pack);
-        while (n > 1 && s->pack[n - 1] == '/') n--;
-        size_t e = n;
-        while (e > 0 && s->pack[e - 1] != '/') e--;
-        snprintf(name, sizeof name, "%.*s", (int)(n - e), s->pack + e);
-        s->model_name = name;
-    }
     k3_err e = read_input(&b, &d);
     if (!e) e = read_output(&b, &d);
     if (e) {
@@ -393,12 +382,7 @@ int k3_batch_main(int argc, char **argv)
                 k3_log_prog(), b.written, b.errors, dt, (unsigned long long)tokens, dt > 0 ? tokens / dt : 0.0,
                 interrupted ? "; interrupted: rerun the same command to answer the rest" : "");
     close(b.out_fd);
-    k3_batcher_free(s->bat);
-    for (uint32_t i = 0; s->slots && i < s->n_slots; i++) k3_chat_free(s->slots[i].chat);
-    free(s->slots);
-    k3_loaded_free(&s->ld);
-    k3_tok_free(s->tok);
-    free(s->queue);
+    srv_unload(s);
     for (uint32_t i = 0; i < b.n; i++) { free(b.r[i].custom_id); free(b.r[i].body); }
     free(b.r);
     if (rc) return rc;

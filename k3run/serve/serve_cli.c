@@ -19,7 +19,7 @@
 
 #define SRV_DRAIN_SECONDS 10      /* at shutdown, how long responses may take to go out */
 
-enum { OPT_HOST = SRV_OPT__END, OPT_PORT, OPT_KEY, OPT_QUEUE, OPT_TIMEOUT, OPT_MAX_BODY, OPT_NAME };
+enum { OPT_HOST = SRV_OPT__END, OPT_PORT, OPT_KEY, OPT_QUEUE, OPT_TIMEOUT, OPT_MAX_BODY };
 
 static const k3_opt opts[] = {
     SRV_GEN_OPTS,
@@ -29,7 +29,6 @@ static const k3_opt opts[] = {
     {OPT_QUEUE, 0, "queue", "N", "4", NULL, "requests that may wait while every slot answers one (more: 503)"},
     {OPT_TIMEOUT, 0, "timeout", "S", "30", NULL, "seconds a request's body may take to arrive, and of inactivity"},
     {OPT_MAX_BODY, 0, "max-body", "SIZE", "16M", NULL, "the largest request body (larger: 413)"},
-    {OPT_NAME, 0, "name", "NAME", "the pack's directory name", NULL, "the model's name in the API"},
     K3_OPTS_COMMON,
 };
 #define N_OPTS ((int)(sizeof opts / sizeof opts[0]))
@@ -75,16 +74,6 @@ static int configure(srv *s, const k3_args *a)
     s->timeout_s = timeout;
     s->max_body = (size_t)max_body;
     if ((rc = srv_configure_gen(s, a))) return rc;
-    s->model_name = k3_opt_str(a, OPT_NAME);
-    if (!s->model_name) {                        /* the pack directory's last name */
-        static char name[256];
-        size_t n = strlen(s->pack);
-        while (n > 1 && s->pack[n - 1] == '/') n--;
-        size_t b = n;
-        while (b > 0 && s->pack[b - 1] != '/') b--;
-        snprintf(name, sizeof name, "%.*s", (int)(n - b), s->pack + b);
-        s->model_name = name;
-    }
     return 0;
 }
 
@@ -189,11 +178,6 @@ int k3_serve_main(int argc, char **argv)
         serve(&s);
         if (have_sig) pthread_join(sig, NULL);
     }
-    k3_batcher_free(s.bat);
-    for (uint32_t i = 0; s.slots && i < s.n_slots; i++) k3_chat_free(s.slots[i].chat);
-    free(s.slots);
-    k3_loaded_free(&s.ld);
-    k3_tok_free(s.tok);
-    free(s.queue);
+    srv_unload(&s);
     return rc;
 }

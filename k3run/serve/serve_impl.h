@@ -159,7 +159,7 @@ enum {
     SRV_OPT_MODEL = K3_OPT_USER, SRV_OPT_PARALLEL, SRV_OPT_N, SRV_OPT_THINK_BUDGET, SRV_OPT_CONTEXT, SRV_OPT_BATCH,
     SRV_OPT_BUDGET, SRV_OPT_PRESET, SRV_OPT_THREADS, SRV_OPT_TEMP, SRV_OPT_TOPK, SRV_OPT_TOPP, SRV_OPT_MINP,
     SRV_OPT_REPEAT, SRV_OPT_SEED, SRV_OPT_SNAPSHOTS, SRV_OPT_DRAFT, SRV_OPT_NO_VERIFY_READS, SRV_OPT_VERIFY,
-    SRV_OPT__END
+    SRV_OPT_NAME, SRV_OPT__END
 };
 #define SRV_GEN_OPTS \
     {SRV_OPT_MODEL, 'm', "model", "PACK", NULL, "K3_MODEL", "the pack directory (made by k3pack)"}, \
@@ -185,7 +185,8 @@ enum {
     {SRV_OPT_DRAFT, 0, "draft", "N", K3_DRAFT_DEFAULT_STR, NULL, \
     "speculative decoding: verify up to N tokens drafted from the conversation per pass (0: off); same answers"}, \
     {SRV_OPT_NO_VERIFY_READS, 0, "no-verify-reads", NULL, NULL, NULL, "do not check each tensor's XXH3-64 as it is read"}, \
-    {SRV_OPT_VERIFY, 0, "verify", NULL, NULL, NULL, "run k3verify's full check of the pack before loading it"}
+    {SRV_OPT_VERIFY, 0, "verify", NULL, NULL, NULL, "run k3verify's full check of the pack before loading it"}, \
+    {SRV_OPT_NAME, 0, "name", "NAME", "the pack's directory name", NULL, "the model's name in the answers"}
 
 /* serve_slots.c */
 /* The SRV_GEN_OPTS of a: the pack, slots, load options, the requests' defaults; then the pack and its
@@ -195,6 +196,7 @@ int srv_fail(k3_err e, const k3_diag *d);      /* print d, the exit code of e */
 /* Bring the pack up: tokenizer, plan (s->lo, with n_seq = n_slots), model, a chat per slot, the
    batcher (n_slots > 1). An exit code, 0 on success. */
 int srv_load(srv *s);
+void srv_unload(srv *s);                       /* everything srv_load made, and the queue */
 /* Run the slots: the jobs of the queue, each in a slot, until s->stopping (or, with s->drain, until
    the queue is empty); with one slot on this thread, else on their own threads, this one running
    the passes they share. */

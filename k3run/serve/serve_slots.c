@@ -6,6 +6,7 @@
 #include <omp.h>
 #include <pthread.h>
 #include <unistd.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,6 +54,16 @@ int srv_configure_gen(srv *s, const k3_args *a)
     s->lo.verify_reads = !k3_opt_count(a, SRV_OPT_NO_VERIFY_READS);
     s->lo.spec_tokens = draft ? draft + 1 : 0;
     s->lo.generate_tokens = s->co.n_predict;         /* -b auto prices an answer of -n tokens */
+    s->model_name = k3_opt_str(a, SRV_OPT_NAME);
+    if (!s->model_name) {                        /* the pack directory's last name */
+        static char name[256];
+        size_t n = strlen(s->pack);
+        while (n > 1 && s->pack[n - 1] == '/') n--;
+        size_t b = n;
+        while (b > 0 && s->pack[b - 1] != '/') b--;
+        snprintf(name, sizeof name, "%.*s", (int)(n - b), s->pack + b);
+        s->model_name = name;
+    }
     if (k3_cli_check_pack(s->pack, &d)) { k3_error("%s", d.msg); return K3_EXIT_IO; }
     char tik[4200];
     if (!k3_cli_has_tokenizer(s->pack, tik, sizeof tik))
@@ -85,6 +96,16 @@ int srv_load(srv *s)
     k3w_stats(s->ld.w, &s->w_base);
     s->t_load = k3_now() - t0 - s->ld.t_verify;
     return 0;
+}
+
+void srv_unload(srv *s)
+{
+    k3_batcher_free(s->bat);
+    for (uint32_t i = 0; s->slots && i < s->n_slots; i++) k3_chat_free(s->slots[i].chat);
+    free(s->slots);
+    k3_loaded_free(&s->ld);
+    k3_tok_free(s->tok);
+    free(s->queue);
 }
 
 /* Tokens at the start of a and b alike. */

@@ -27,6 +27,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import unittest
 
@@ -174,17 +175,30 @@ class TestMpi(unittest.TestCase):
         import servelib
         for k, v in ENV.items():
             os.environ.setdefault(k, v)
-        prompt = "In the beginning God"
-        want = one(["-m", self.kjv, "-p", prompt, "-n", "40", "-q"])
-        srv = servelib.Server(self.kjv, ["-t", "1"], prefix=["mpirun", "-n", "3"])
-        try:
-            st, _, body = srv.post("/v1/completions", {"prompt": prompt, "max_tokens": 40})
-            self.assertEqual(st, 200, body)
-            self.assertEqual(json.loads(body)["choices"][0]["text"].encode(), want)
-        finally:
-            t0 = time.time()
-            srv.stop()
-            self.assertLess(time.time() - t0, 20)
+        prompts = ["In the beginning God", "And the LORD said unto Moses", "Blessed is the man"]
+        want = [one(["-m", self.kjv, "-p", p, "-n", "40", "-q"]) for p in prompts]
+        # one slot, then three sharing the passes (issue 33): the ranks see rows, not conversations
+        for par in ("1", "3"):
+            srv = servelib.Server(self.kjv, ["-t", "1", "--parallel", par], prefix=["mpirun", "-n", "3"])
+            try:
+                got = [None] * len(prompts)
+
+                def ask(i):
+                    st, _, body = srv.post("/v1/completions", {"prompt": prompts[i], "max_tokens": 40})
+                    got[i] = (st, body)
+                ts = [threading.Thread(target=ask, args=(i,)) for i in range(len(prompts) if par != "1" else 1)]
+                for t in ts:
+                    t.start()
+                for t in ts:
+                    t.join(300)
+                for i in range(len(ts)):
+                    st, body = got[i]
+                    self.assertEqual(st, 200, body)
+                    self.assertEqual(json.loads(body)["choices"][0]["text"].encode(), want[i], "--parallel %s" % par)
+            finally:
+                t0 = time.time()
+                srv.stop()
+                self.assertLess(time.time() - t0, 20)
 
     def test_other_pack_refused(self):
         p = mpirun(1, ["-m", self.tiny, "-p", "x", "-n", "2"], check=False,

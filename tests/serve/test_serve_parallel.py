@@ -157,6 +157,15 @@ class TestParallel(unittest.TestCase):
         reqs = requests(6, False, 12)
         self.case(self.tiny, S, ["-t", "1", "--budget", str(b)], reqs, "tiny at the minimum budget, 6 slots")
 
+    @unittest.skipIf(SANITIZED, "the small preset: in the Release build only (label heavy's rule)")
+    def test_small_streaming(self):
+        small = make_pack("small", 7)[1]
+        S = 3
+        b = parallel_minimum(small, S)
+        reqs = requests(3, False, 6)
+        self.case(small, S, ["-t", "2", "--budget", str(b)], reqs, "small at the minimum budget, 3 slots",
+                  stream_every=3)
+
     def test_n_choices(self):
         """n = 3: three choices from one processed prompt, choice i the answer of the same request with
         seed + i alone; streamed, the chunks carry each choice's index."""
