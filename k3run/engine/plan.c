@@ -565,6 +565,7 @@ k3_err k3_plan_choose_seq(const k3_config *c, const k3_geometry *g, uint64_t bud
 {
     k3_err e;
     if (n_seq < 1) n_seq = 1;
+    if (batch != K3_BATCH_AUTO && batch < n_seq) batch = n_seq;     /* a pass carries a row of each */
     if (batch != K3_BATCH_AUTO) {
         e = k3_plan_seq(c, g, budget, context, batch, all_logits, snapshots, verify, n_seq, p, d);
         if (!e) p->batch_token_bytes = batch_token_bytes(c, batch, context, all_logits, p->verify_tokens, n_seq);

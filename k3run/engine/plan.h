@@ -266,8 +266,8 @@ int k3_batch_parse(const char *s, uint32_t *out);
 k3_err k3_plan_choose(const k3_config *c, const k3_geometry *g, uint64_t budget, uint32_t context, uint32_t batch,
                       uint32_t prompt, uint32_t generate, int all_logits, uint32_t snapshots, uint32_t verify,
                       k3_plan *p, k3_diag *d);
-/* The same for n_seq sequences sharing the passes: the least batch is n_seq (a row of each), and
-   each sequence's state is counted (k3_plan_seq). */
+/* The same for n_seq sequences sharing the passes: the least batch is n_seq (a row of each; a
+   smaller batch asked for is raised to it), and each sequence's state is counted (k3_plan_seq). */
 k3_err k3_plan_choose_seq(const k3_config *c, const k3_geometry *g, uint64_t budget, uint32_t context,
                           uint32_t batch, uint32_t prompt, uint32_t generate, int all_logits, uint32_t snapshots,
                           uint32_t verify, uint32_t n_seq, k3_plan *p, k3_diag *d);
