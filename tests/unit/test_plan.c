@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "k3_test.h"
+#include "model_shape.h"
 #include "plan.h"
 #include "plan_report.h"
 
@@ -608,9 +609,50 @@ static void test_report(void)
     free(text);
 }
 
+/* Sequences (issue 33): each one's state counted once per sequence, from the same list of buffers
+   the model allocates; the paper figures of K3 (its KDA state, 443 MiB; with the MLA cache at
+   context 4096, about 0.66 GiB); a pass of S tokens reads the streamed trunk once. */
+static void test_sequences(void)
+{
+    char path[4096];
+    const char *data = getenv("K3_TEST_DATA");
+    snprintf(path, sizeof path, "%s/kimi-k3-config.json", data ? data : "tests/data");
+    k3_config c;
+    k3_diag d = {0};
+    REQUIRE(k3_config_load(path, &c, &d) == K3_OK);
+    REQUIRE(k3_geometry_from_config(&c, &geo, &d) == K3_OK);
+    k3_model_shape one, four;
+    REQUIRE(k3_model_shape_from_config(&c, 64, 4096, 0, 0, 1, &one, &d) == K3_OK);
+    REQUIRE(k3_model_shape_from_config(&c, 64, 4096, 0, 0, 4, &four, &d) == K3_OK);
+    /* the KDA states and MLA cache four times, one last-logits row each, and logits rows for four */
+    CHECK_EQ_U64(four.total - one.total, 3 * one.seq_bytes + 3ull * 163840 * 4);
+    CHECK_EQ_U64(one.seq_bytes, one.kda_bytes + one.mla_bytes + 163840ull * 4);
+    CHECK(one.kda_bytes > 440ull << 20 && one.kda_bytes < 446ull << 20);          /* 443 MiB */
+    CHECK(one.seq_bytes > (uint64_t)(0.62 * 1073741824.0) && one.seq_bytes < (uint64_t)(0.70 * 1073741824.0));
+    /* the plan: S sequences' states in the buffers; a batch below S raised to S */
+    k3_plan p1, p4;
+    REQUIRE(k3_plan_choose_seq(&c, &geo, 8ull << 30, 4096, 4, 0, 128, 0, 0, 0, 1, &p1, &d) == K3_OK);
+    REQUIRE(k3_plan_choose_seq(&c, &geo, 8ull << 30, 4096, 2, 0, 128, 0, 0, 0, 4, &p4, &d) == K3_OK);
+    CHECK_EQ_U64(p4.batch, 4);
+    CHECK_EQ_U64(p4.n_seq, 4);
+    CHECK(p4.buffers >= p1.buffers + 3 * p1.seq_bytes);
+    /* a decode pass of S tokens: the streamed trunk once, S embedding rows, experts the S x k picks use */
+    k3_decode_cost a, b;
+    k3_decode_cost_of(&c, &geo, &p4, 1, 2048, &a);
+    k3_decode_cost_of(&c, &geo, &p4, 4, 2048, &b);
+    double per_layer = 896, pick = 16.0 / 896, miss = 1.0 - (double)p4.expert_slots / (92.0 * 896);
+    double used4 = 92 * per_layer * (1 - pow(1 - pick, 4));
+    CHECK(fabs(b.expert_reads - used4 * miss) < 1e-6 * used4);
+    CHECK(fabs(b.read_bytes - ((double)p4.trunk_streamed + used4 * miss * 17547264.0 + 4 * 7168 * 2)) < 1.0);
+    CHECK(fabs(b.flops - 4 * a.flops) < 1e-9 * b.flops);
+    /* above the budget: refused */
+    CHECK(k3_plan_choose_seq(&c, &geo, 2ull << 30, 4096, K3_BATCH_AUTO, 0, 128, 0, 0, 0, 4, &p4, &d) == K3_ERR_USAGE);
+}
+
 int main(void)
 {
     test_synthetic();
+    test_sequences();
     test_k3();
     test_auto_batch();
     test_report();
