@@ -36,6 +36,8 @@ struct k3_batcher {
     uint32_t *who;                /* [n_seq] their sequences */
 };
 
+static k3_err submit(void *ctx, k3_model *h, const int32_t *ids, uint32_t T, int op, k3_diag *d);
+
 k3_err k3_batcher_new(k3_model *m, uint32_t rows, k3_batcher **out, k3_diag *d)
 {
     *out = NULL;
@@ -56,7 +58,11 @@ k3_err k3_batcher_new(k3_model *m, uint32_t rows, k3_batcher **out, k3_diag *d)
     pthread_mutex_init(&b->mu, NULL);
     pthread_cond_init(&b->work, NULL);
     pthread_cond_init(&b->done, NULL);
-    for (uint32_t s = 0; s < S; s++) k3_model_seq(m, s)->bat = b;
+    for (uint32_t s = 0; s < S; s++) {
+        k3_model *h = k3_model_seq(m, s);
+        h->hook = submit;
+        h->hook_ctx = b;
+    }
     *out = b;
     return K3_OK;
 }
@@ -64,7 +70,11 @@ k3_err k3_batcher_new(k3_model *m, uint32_t rows, k3_batcher **out, k3_diag *d)
 void k3_batcher_free(k3_batcher *b)
 {
     if (!b) return;
-    for (uint32_t s = 0; s < b->n_seq; s++) k3_model_seq(b->m, s)->bat = NULL;
+    for (uint32_t s = 0; s < b->n_seq; s++) {
+        k3_model *h = k3_model_seq(b->m, s);
+        h->hook = NULL;
+        h->hook_ctx = NULL;
+    }
     pthread_mutex_destroy(&b->mu);
     pthread_cond_destroy(&b->work);
     pthread_cond_destroy(&b->done);
@@ -93,8 +103,10 @@ void k3_batcher_detach(k3_batcher *b, k3_model *h)
     pthread_mutex_unlock(&b->mu);
 }
 
-k3_err k3_batcher_submit(k3_batcher *b, k3_model *h, const int32_t *ids, uint32_t T, int op, k3_diag *d)
+/* A handle's call (its hook: model_impl.h): wait in the batcher until a pass or a commit did it. */
+static k3_err submit(void *ctx, k3_model *h, const int32_t *ids, uint32_t T, int op, k3_diag *d)
 {
+    k3_batcher *b = ctx;
     pthread_mutex_lock(&b->mu);
     sub *s = &b->subs[seq_of(b, h)];
     if (b->stop || !s->attached) {

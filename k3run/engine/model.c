@@ -491,14 +491,14 @@ k3_err k3_model_pass(k3_model *m, const k3_model_rows *r, uint32_t n, k3_diag *d
 
 k3_err k3_model_forward(k3_model *h, const int32_t *ids, uint32_t T, k3_diag *d)
 {
-    if (h->bat) return k3_batcher_submit(h->bat, h, ids, T, 0, d);
+    if (h->hook) return h->hook(h->hook_ctx, h, ids, T, 0, d);
     k3_model_rows r = {h, ids, T, 0};
     return run_groups(own(h), &r, 1, d);
 }
 
 k3_err k3_model_verify(k3_model *h, const int32_t *ids, uint32_t T, k3_diag *d)
 {
-    if (h->bat) return k3_batcher_submit(h->bat, h, ids, T, 1, d);
+    if (h->hook) return h->hook(h->hook_ctx, h, ids, T, 1, d);
     k3_model_rows r = {h, ids, T, 1};
     return run_groups(own(h), &r, 1, d);
 }
@@ -521,6 +521,6 @@ k3_err k3_model_commit_now(k3_model *h, uint32_t n, k3_diag *d)
 
 k3_err k3_model_commit(k3_model *h, uint32_t n, k3_diag *d)
 {
-    if (h->bat) return k3_batcher_submit(h->bat, h, NULL, n, 2, d);
+    if (h->hook) return h->hook(h->hook_ctx, h, NULL, n, 2, d);
     return k3_model_commit_now(h, n, d);
 }

@@ -51,7 +51,11 @@ struct k3_model {
     struct k3_model *handles;     /* [n_seq] sequence s's handle (handles[0] unused: the owner is sequence 0) */
     const k3_group *grp;          /* [n_grp] the pass being computed */
     uint32_t n_grp;
-    struct k3_batcher *bat;       /* passes shared between threads (batch.h), NULL: each call runs its pass */
+    /* passes shared between threads (batch.h): a handle's forward, verify and commit go to
+       hook(hook_ctx, ...) instead (op 0 forward, 1 verify, 2 commit of T tokens); NULL: each call
+       runs its own pass. A pointer, so the model does not call the batcher that calls it. */
+    k3_err (*hook)(void *ctx, k3_model *h, const int32_t *ids, uint32_t T, int op, k3_diag *d);
+    void *hook_ctx;
 
     k3_weights *w;
     const k3_config *cfg;
@@ -123,8 +127,6 @@ static inline const k3_model *k3_cowner(const k3_model *m) { return m->owner ? m
 #define K3_PASS_GROUPS_MAX 256
 /* k3_model_commit itself (the batcher runs it between passes). */
 k3_err k3_model_commit_now(k3_model *h, uint32_t n, k3_diag *d);
-/* A handle's call through its batcher (batch.c): op 0 forward, 1 verify, 2 commit (T: n). */
-k3_err k3_batcher_submit(struct k3_batcher *b, k3_model *h, const int32_t *ids, uint32_t T, int op, k3_diag *d);
 
 /* Fixed-order helpers (model_ops.c). The same code runs on every ISA. */
 float k3v_dot(const float *a, const float *b, uint32_t n);     /* 8 lanes, fixed tree */
