@@ -7,6 +7,43 @@ const spec = JSON.parse(fs.readFileSync(process.argv[2], "utf8"));
 const client = new OpenAI({ baseURL: spec.base_url, apiKey: spec.api_key || "none", maxRetries: 0, timeout: 120000 });
 const out = {};
 
+// one streamed chat completion: its content, reasoning and finish reason
+async function streamed(cl, req) {
+  const s = await cl.chat.completions.create({ ...req, stream: true });
+  let content = "", reasoning = "", finish = null;
+  for await (const c of s) {
+    const ch = c.choices[0];
+    if (!ch) continue;
+    content += ch.delta.content || "";
+    reasoning += ch.delta.reasoning_content || "";
+    if (ch.finish_reason) finish = ch.finish_reason;
+  }
+  return { content, reasoning, finish };
+}
+
+// --parallel: the requests sent at once by as many clients, streamed and not; n = 3; a client that
+// leaves mid-stream
+if (spec.parallel) {
+  const clients = spec.parallel.map(() => new OpenAI({ baseURL: spec.base_url, apiKey: "none", maxRetries: 0,
+                                                         timeout: 300000 }));
+  const plain = await Promise.all(spec.parallel.map((req, i) => clients[i].chat.completions.create(req)));
+  const str = await Promise.all(spec.parallel.map((req, i) => streamed(clients[i], req)));
+  out.parallel = plain.map((r, i) => ({ content: r.choices[0].message.content,
+                                        reasoning: r.choices[0].message.reasoning_content,
+                                        finish: r.choices[0].finish_reason, stream: str[i] }));
+  const n3 = await client.chat.completions.create({ ...spec.parallel[0], n: 3, temperature: 0.9, seed: 70 });
+  out.n3 = n3.choices.map((c) => ({ index: c.index, content: c.message.content }));
+  const ctl = new AbortController();
+  const s = await client.chat.completions.create({ ...spec.parallel[0], max_tokens: 900, stream: true },
+                                                 { signal: ctl.signal });
+  let got = 0;
+  try {
+    for await (const c of s) { if (++got === 3) ctl.abort(); }
+  } catch (e) { out.left = e.constructor.name; }
+  console.log(JSON.stringify(out));
+  process.exit(0);
+}
+
 const models = await client.models.list();
 out.models = models.data.map((m) => m.id);
 
@@ -74,7 +111,7 @@ out.completion = c.choices[0].text;
 
 // errors arrive as the SDK's typed errors
 try {
-  await client.chat.completions.create({ ...spec.seeded, n: 2 });
+  await client.chat.completions.create({ ...spec.seeded, n: 17 });
   out.error = null;
 } catch (e) {
   out.error = { status: e.status, message: e.message, name: e.constructor.name };

@@ -103,7 +103,51 @@ class TestSdk(unittest.TestCase):
         self.assertEqual(got["completion"].encode(), raw)
         self.assertEqual(got["error"]["status"], 400, got["error"])
         self.assertEqual(got["error"]["name"], "BadRequestError")
-        self.assertIn("n = 1", got["error"]["message"])
+        self.assertIn("at most 16 choices", got["error"]["message"])
+
+    def test_sdk_parallel(self):
+        """serve --parallel 4 with 4 SDK clients at once: each answer, streamed and not, equals
+        `k3run chat` on its request alone; n = 3 gives the answers of seeds 70, 71, 72; a client that
+        aborts mid-stream frees its slot (the server is idle again)."""
+        work = os.path.join(TMP, "k3run-serve-sdk")
+        os.makedirs(work, exist_ok=True)
+        pack = kjv_pack(work)
+        qs = ["Quote Genesis 1:1.", "Who was Moses?", "What does John 3:16 say?", "Tell me of Noah."]
+        reqs = [{"model": "k3-kjv.k3pack", "messages": msgs(("user", q)), "max_tokens": 30 + 5 * i,
+                 "temperature": 0.8 if i % 2 else 0, "seed": 9 + i} for i, q in enumerate(qs)]
+        srv = Server(pack, ["-t", "2", "--parallel", "4"])
+        try:
+            spec = {"base_url": srv.url("/v1"), "parallel": reqs}
+            path = os.path.join(work, "sdk-parallel.json")
+            with open(path, "w") as f:
+                json.dump(spec, f)
+            p = subprocess.run(["node", os.path.join(HERE, "sdk_client.mjs"), path], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, timeout=600, cwd=HERE)
+            self.assertEqual(p.returncode, 0, p.stderr.decode(errors="replace"))
+            got = json.loads(p.stdout)
+            import time
+            t0 = time.time()
+            while time.time() - t0 < 30:
+                st, _, body = srv.request("GET", "/health")
+                if json.loads(body)["slots_busy"] == 0:
+                    break
+                time.sleep(0.05)
+            self.assertEqual(json.loads(body)["slots_busy"], 0, "the slot of the client that left is free")
+        finally:
+            self.assertEqual(srv.stop(), 0, srv.stderr())
+        def chat(req):                  # k3run chat takes the sampling from its command line
+            return k3run_chat(pack, req, ["-n", str(req["max_tokens"]), "--temp", str(req["temperature"]),
+                                          "--seed", str(req["seed"])], work)
+        for i, req in enumerate(reqs):
+            want = chat(req)
+            for r in (got["parallel"][i], got["parallel"][i]["stream"]):
+                self.assertEqual(r["content"], want["message"]["content"], qs[i])
+                self.assertEqual(r["reasoning"], want["message"]["reasoning_content"], qs[i])
+                self.assertEqual(r["finish"], want["finish_reason"], qs[i])
+        self.assertEqual([c["index"] for c in got["n3"]], [0, 1, 2])
+        for i in range(3):
+            want = chat(dict(reqs[0], temperature=0.9, seed=70 + i))
+            self.assertEqual(got["n3"][i]["content"], want["message"]["content"], "n = 3, choice %d" % i)
 
 
 if __name__ == "__main__":
