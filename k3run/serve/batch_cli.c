@@ -78,6 +78,14 @@ typedef struct batch {
 
 static volatile sig_atomic_t interrupted;
 
+static void free_requests(batch *b)
+{
+    for (uint32_t i = 0; i < b->n; i++) { free(b->r[i].custom_id); free(b->r[i].body); }
+    free(b->r);
+    b->r = NULL;
+    b->n = 0;
+}
+
 /* The input: every non-empty line checked; K3_OK, or a refusal naming the file and line. */
 static k3_err read_input(batch *b, k3_diag *d)
 {
@@ -347,6 +355,7 @@ int k3_batch_main(int argc, char **argv)
     if (!e) e = read_output(&b, &d);
     if (e) {
         k3_error("%s", d.msg);
+        free_requests(&b);
         return e == K3_ERR_USAGE ? K3_EXIT_USAGE : k3_exit_code(e);
     }
     uint32_t left = 0;
@@ -354,7 +363,11 @@ int k3_batch_main(int argc, char **argv)
     if (left < b.n && k3_log_level() >= 1)
         fprintf(stderr, "%s: %u of %u request(s) already answered in %s\n", k3_log_prog(), b.n - left, b.n, b.out_path);
     b.out_fd = open(b.out_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-    if (b.out_fd < 0) { k3_error("%s: %s", b.out_path, strerror(errno)); return K3_EXIT_IO; }
+    if (b.out_fd < 0) {
+        k3_error("%s: %s", b.out_path, strerror(errno));
+        free_requests(&b);
+        return K3_EXIT_IO;
+    }
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGTERM);
@@ -383,8 +396,7 @@ int k3_batch_main(int argc, char **argv)
                 interrupted ? "; interrupted: rerun the same command to answer the rest" : "");
     close(b.out_fd);
     srv_unload(s);
-    for (uint32_t i = 0; i < b.n; i++) { free(b.r[i].custom_id); free(b.r[i].body); }
-    free(b.r);
+    free_requests(&b);
     if (rc) return rc;
     if (b.io_failed) return K3_EXIT_IO;
     return interrupted ? 1 : 0;

@@ -500,10 +500,10 @@ void srv_api_run(srv *s, srv_slot *sl, srv_job *j)
                                                          "logprobs", "finish_reason", finish));
                 free(t);
             }
-            if (j->cancel) break;                      /* the client left or the server stops */
         }
         free(message);
         free(text);
+        if (j->cancel) break;                          /* the client left or the server stops */
     }
     k3w_stats(s->ld.w, &w1);
     if (e) {
