@@ -632,11 +632,106 @@ static void KS_FN(mmul)(const k3_mat *W, const float *x, size_t ldx, const float
     }
 }
 
+/* ---- BF16 for a few tokens, in registers (T = 2..KS_FT): the matrix-vector kernels' way,
+ * for T tokens at once. R row vectors x T tokens x 2 slot halves of sums stay in registers
+ * over the whole row; each 16-group of weights is decoded in registers (the panel's slot order:
+ * one vpermq and two shifts) and met by the T tokens' packed x at once: no panel, no sums
+ * stored between chunks. Each lane still takes its elements in increasing i and the sums end
+ * in the same tree, so the bits are mmul's (and mv's). MXFP4 and Q8 stay with mmul, whose
+ * panel amortises their costlier decode better at every T (docs/KERNELS.md). */
+#define KS_FT 6                         /* tokens of the register kernel at most */
+#define KS_FT_MAX 16                      /* BF16 products of up to this many tokens go by in parts of KS_FT */
+KS_INLINE void KS_FN(ft_body)(const k3_mat *W, const float *xp, int T, int R, float *y, size_t ldy,
+                              const uint32_t row[][2])
+{
+    const uint32_t cols = W->cols, ng = cols / 16;
+    const size_t xs = (size_t)ng * 16;                          /* packed x: floats per token */
+    ks_vf a[3][KS_FT][2];                                       /* [row vector][token][slot half] */
+    for (int k = 0; k < R; k++)
+        for (int t = 0; t < T; t++) a[k][t][0] = a[k][t][1] = ks_zero();
+    for (uint32_t g = 0; g < ng; g++) {
+        for (int k = 0; k < R; k++) {
+            const uint16_t *p0 = (const uint16_t *)W->data + (size_t)row[k][0] * cols + 16 * g;
+            const uint16_t *p1 = (const uint16_t *)W->data + (size_t)row[k][KS_NR - 1] * cols + 16 * g;
+            ks_vi raw = ks_permq_d8(ks_ld256(p0, p1));          /* as mm_decode */
+            ks_vf w0 = ks_if(ks_slli32(raw, 16)), w1 = ks_if(ks_slli32(ks_srli32(raw, 16), 16));
+            for (int t = 0; t < T; t++) {
+                const float *xg = xp + (size_t)t * xs + 16 * g;
+                a[k][t][0] = ks_fma(w0, ks_ldx8(xg), a[k][t][0]);
+                a[k][t][1] = ks_fma(w1, ks_ldx8(xg + 8), a[k][t][1]);
+            }
+        }
+    }
+    for (int k = 0; k < R; k++)
+        for (int t = 0; t < T; t++) {
+            float e[2][8], o[2][8];
+            ks_halves(a[k][t][0], e[0], e[1]);
+            ks_halves(a[k][t][1], o[0], o[1]);
+            for (int h = 0; h < KS_NR; h++)
+                y[(size_t)t * ldy + row[k][h]] = ks_reduce_eo(_mm256_loadu_ps(e[h]), _mm256_loadu_ps(o[h]));
+        }
+}
+
+/* Each shape its own function, so that its sums own the registers: T tokens x R row vectors. */
+#define KS_FT_FN(T, R) \
+    static __attribute__((noinline)) void KS_FN(ft_##T##_##R)(const k3_mat *W, const float *xp, float *y, \
+                                                              size_t ldy, const uint32_t row[][2]) \
+    { KS_FN(ft_body)(W, xp, T, R, y, ldy, row); }
+KS_FT_FN(2, 3)
+KS_FT_FN(2, 1)
+KS_FT_FN(3, 2)
+KS_FT_FN(3, 1)
+KS_FT_FN(4, 1)
+KS_FT_FN(5, 1)
+KS_FT_FN(6, 1)
+#undef KS_FT_FN
+
+/* Rows [r0, r1) of a BF16 W with cols % 16 == 0, tokens [0, T), 2 <= T <= KS_FT, x packed (xp)
+   as for mmul. */
+static void KS_FN(ft)(const k3_mat *W, const float *xp, uint32_t T, float *y, size_t ldy, uint32_t r0,
+                      uint32_t r1)
+{
+    const int R = T == 2 ? 3 : T == 3 ? 2 : 1;                  /* row vectors per pass: 12 sums or fewer */
+    for (uint32_t r = r0; r < r1;) {
+        uint32_t n = r1 - r < (uint32_t)R * KS_NR ? r1 - r : (uint32_t)R * KS_NR;
+        int Rn = (int)((n + KS_NR - 1) / KS_NR);
+        uint32_t row[3][2];
+        for (int k = 0; k < Rn; k++)
+            for (int h = 0; h < 2; h++) {
+                uint32_t i = (uint32_t)k * KS_NR + (uint32_t)(h < KS_NR ? h : 0);
+                row[k][h] = r + (i < n ? i : n - 1);            /* past the end: repeat the last row */
+            }
+        switch (T * 8 + (uint32_t)Rn) {
+        case 2 * 8 + 3: KS_FN(ft_2_3)(W, xp, y, ldy, row); break;
+        case 3 * 8 + 2: KS_FN(ft_3_2)(W, xp, y, ldy, row); break;
+        case 4 * 8 + 1: KS_FN(ft_4_1)(W, xp, y, ldy, row); break;
+        case 5 * 8 + 1: KS_FN(ft_5_1)(W, xp, y, ldy, row); break;
+        case 6 * 8 + 1: KS_FN(ft_6_1)(W, xp, y, ldy, row); break;
+        default:                                                /* the last rows: one row vector at a time */
+            for (int k = 0; k < Rn; k++) {
+                if (T == 2) KS_FN(ft_2_1)(W, xp, y, ldy, row + k);
+                else KS_FN(ft_3_1)(W, xp, y, ldy, row + k);
+            }
+        }
+        r += n;
+    }
+}
+
 /* The entry point: rows [r0, r1) of y = W x for T tokens. */
 static void KS_FN(rows)(const k3_mat *W, const float *x, size_t ldx, const float *xp, uint32_t T,
                         float *y, size_t ldy, uint32_t r0, uint32_t r1)
 {
     if (r0 >= r1 || T == 0) return;
     if (T == 1) KS_FN(mv)(W, x, y, r0, r1);
+    else if (T <= KS_FT_MAX && xp && W->enc == K3_ENC_BF16 && W->cols % 16 == 0) {
+        /* in parts of at most KS_FT tokens, as even as they come (8: 4 + 4) */
+        uint32_t parts = (T + KS_FT - 1) / KS_FT, t0 = 0;
+        const size_t xs = (size_t)(W->cols / 16) * 16;
+        for (uint32_t i = 0; i < parts; i++) {
+            uint32_t tn = (T - t0) / (parts - i);
+            KS_FN(ft)(W, xp + t0 * xs, tn, y + (size_t)t0 * ldy, ldy, r0, r1);
+            t0 += tn;
+        }
+    }
     else KS_FN(mmul)(W, x, ldx, xp, T, y, ldy, r0, r1);
 }

@@ -10,7 +10,8 @@
  *       distinct matrices, GB/s of weight bytes and ratio to (a);
  *   (d) the same kernel on a cache-resident 256 KiB matrix, repeated: its
  *       instruction-throughput bound; (c) as a ratio to min((a), (d));
- *   (e) matrix-matrix for batches 1, 2, 4, 8, 16, 32, 64 (--quick: 1, 4, 16, 64) in GFLOPS, ratio
+ *   (e) matrix-matrix for batches 1, 2, 4, 8, 16, 32, 64 (--quick: 1, 4, 16, 64; K3_BENCH_BATCHES=2,3,5:
+ *       exactly those) in GFLOPS, ratio
  *       to (b) and to the bound min((b), (a) x flops per weight byte), x packed as the engine does;
  *   (f) for every path the CPU has (scalar on smaller matrices).
  * Prints one Markdown table (docs/PERFORMANCE.md, "Kernels").
@@ -310,15 +311,27 @@ int main(int argc, char **argv)
                 row(lab, name, th, res, rat);
             }
             /* (e): matrix-matrix */
-            static const uint32_t batches[] = { 1, 2, 4, 8, 16, 32, 64 };
+            static uint32_t batches[16] = { 1, 2, 4, 8, 16, 32, 64 };
+            static int nb = 7, from_env = 0;
+            const char *bt = getenv("K3_BENCH_BATCHES");     /* e.g. 2,3,4,5,6: exactly these */
+            if (bt && !from_env) {
+                nb = 0;
+                for (const char *c = bt; *c && nb < 16;) {
+                    uint32_t v = (uint32_t)strtoul(c, (char **)&c, 10);
+                    if (v >= 1 && v <= 4096) batches[nb++] = v;
+                    while (*c == ',') c++;
+                    if (*c && (*c < '0' || *c > '9')) break;
+                }
+                from_env = 1;
+            }
             bmat mm = kind == 0 ? q : kind == 2 ? q8 : ex[0];
             if (sc) mm.m.rows /= 32;
             for (int th = 1; th <= 2; th++) {
                 double pk = isa == K3_ISA_AVX512 ? peak512[th] : peak256[th];
-                for (int bi = 0; bi < 7; bi++) {
+                for (int bi = 0; bi < nb; bi++) {
                     uint32_t T = batches[bi];
                     if (sc && T > 4) continue;
-                    if (quick && (T == 2 || T == 8 || T == 32)) continue;
+                    if (quick && !from_env && (T == 2 || T == 8 || T == 32)) continue;
                     double best = 1e30;
                     omp_set_num_threads(th);
                     for (int rep = 0; rep < (sc ? 1 : 3); rep++) {
