@@ -66,14 +66,23 @@ def main():
     ap.add_argument("-t", default="2")
     ap.add_argument("-n", type=int, default=64)
     ap.add_argument("--slots", default="1,2,4,8")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="alternate the two servers this many times and keep each one's best (disk caches warm up)")
     a = ap.parse_args()
     args = ["-t", a.t, "--draft", "0"] + (["--budget", a.budget] if a.budget else [])
     print("| S | tokens | one slot, one after another: tok/s | --parallel S: aggregate tok/s | per conversation "
           "tok/s | gain |")
     print("|---|---|---|---|---|---|")
     for S in [int(x) for x in a.slots.split(",")]:
-        t1, w1, _ = run(a.pack, S, args, a.n, False)
-        tS, wS, latS = run(a.pack, S, args, a.n, True)
+        best1 = bestS = None
+        for _ in range(a.rounds):
+            t1, w1, _ = run(a.pack, S, args, a.n, False)
+            tS, wS, latS = run(a.pack, S, args, a.n, True)
+            if best1 is None or t1 / w1 > best1[0] / best1[1]:
+                best1 = (t1, w1)
+            if bestS is None or tS / wS > bestS[0] / bestS[1]:
+                bestS = (tS, wS, latS)
+        (t1, w1), (tS, wS, latS) = best1, bestS
         print("| %d | %d | %.1f | %.1f | %.1f | %.2fx |" % (S, tS, t1 / w1, tS / wS, tS / S / latS,
                                                            (tS / wS) / (t1 / w1)), flush=True)
 
