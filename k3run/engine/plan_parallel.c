@@ -95,6 +95,9 @@ json_t *k3_par_json(const k3_par_row *rows, int n, double fma_gflops, double mem
         if (w->fits) {
             json_object_set_new(o, "states_bytes", json_integer((json_int_t)((uint64_t)w->plan.n_seq * w->plan.seq_bytes)));
             json_object_set_new(o, "expert_cache_bytes", json_integer((json_int_t)w->plan.expert_cache));
+            json_object_set_new(o, "expert_slots", json_integer((json_int_t)w->plan.expert_slots));
+            json_object_set_new(o, "experts_all_resident", json_boolean(w->plan.experts_all_resident));
+            json_object_set_new(o, "trunk_streamed_bytes", json_integer((json_int_t)w->plan.trunk_streamed));
             json_object_set_new(o, "batch", json_integer(w->plan.batch));
             json_object_set_new(o, "read_bytes_per_pass", json_real(w->cost.read_bytes));
             json_object_set_new(o, "memory_bytes_per_pass", json_real(w->cost.touched_bytes));

@@ -27,6 +27,7 @@
 #     (k3inspect --batch B --context C: streamed bytes, expert slots); the run -b auto priced (the
 #     prompt, then -n 128 tokens) reads no more at the chosen batch than at -b 1 or -b 64; real K3's
 #     1,000-token prompt at 8 GiB reads more than 15 TiB at -b 64 and less than 1.5 TiB at -b auto.
+#  6. --parallel S: the sequences' states and batch, the conversations table, the refusal.
 # Environment (set by ctest): K3INSPECT K3_MKPACK_SPARSE K3_SRC K3_TEST_DATA K3_TEST_TMP PYTHON
 set -u
 T="$K3_TEST_TMP/cli_k3inspect_plan"
@@ -528,6 +529,39 @@ else
     fail "making the tiny pack"
 fi
 rm -rf "$T/tiny"
+
+# 6. --parallel S (issue 33): the plan holds S sequences' states (each the one-sequence plan's
+#    seq_bytes, at least 440 MiB of K3's KDA state), its batch is at least S; the table's reads per
+#    pass recomputed here: the streamed trunk once, the experts of S x 16 picks that the cache lacks
+#    (uniform routing), S embedding rows; the aggregate grows with S at 8 GiB; a budget that does
+#    not hold the S states is refused (exit 2), naming --parallel and the minimum.
+run --plan --preset laptop --parallel 4 --json "$cfg"
+expect_rc 0 "--parallel 4 at 8 GiB"
+"$PYTHON" -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+rows = {r["slots"]: r for r in d["conversations"]["rows"]}
+assert d["parallel"] == 4 and sorted(rows) == [1, 2, 4, 8, 16, 32], sorted(rows)
+E, k, rec, emb = 896.0, 16.0, 17547264.0, 7168 * 2
+for S, r in rows.items():
+    if not r["fits"]:
+        continue
+    assert r["states_bytes"] >= S * (440 << 20), (S, r["states_bytes"])
+    assert r["batch"] >= S, (S, r["batch"])
+    miss = 0.0 if r["experts_all_resident"] else 1 - r["expert_slots"] / (92 * E)
+    used = 92 * E * (1 - (1 - k / E) ** S)
+    want = r["trunk_streamed_bytes"] + used * miss * rec + S * emb
+    assert abs(r["read_bytes_per_pass"] - want) <= 1e-9 * want + 1, (S, r["read_bytes_per_pass"], want)
+agg = [rows[S]["tokens_per_second_by_disk_gbs"]["7"] for S in (1, 2, 4, 8)]
+assert agg == sorted(agg) and agg[2] > 2 * agg[0], agg
+' "$T/out" || fail "--parallel 4 at 8 GiB: the conversations table"
+run --plan --preset laptop --parallel 4 "$cfg"
+grep -q "Conversations sharing each pass" "$T/out" || fail "--parallel: the text table"
+run --plan --budget 2G --parallel 4 "$cfg"
+expect_rc 2 "--parallel 4 at 2 GiB"
+grep -q -- "--parallel 4: .*minimum" "$T/err" || fail "--parallel 4 at 2 GiB: the refusal names the minimum"
+run --parallel 4 "$cfg"
+expect_rc 2 "--parallel without --plan"
 
 if [ "$fails" -ne 0 ]; then
     echo "$fails check(s) failed" >&2
