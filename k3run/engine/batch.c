@@ -195,7 +195,10 @@ static void step(k3_batcher *b)
         sub *s = &b->subs[b->who[j]];
         if (s->op == OP_FORWARD && !e) {
             s->done += b->r[j].T;
-            if (s->done < s->T) continue;                           /* the rest in the next pass */
+            if (s->done < s->T) {                                   /* the rest in the next pass */
+                b->st.splits++;
+                continue;
+            }
         }
         finish(b, s, e, &d);
     }

@@ -38,6 +38,7 @@ typedef struct k3_batch_stats {
     uint64_t rows;                /* rows (tokens) in them */
     uint64_t groups;              /* sequences in them, summed over passes */
     uint64_t commits;
+    uint64_t splits;              /* forward calls carried over to a later pass (the rows were full) */
 } k3_batch_stats;
 
 /* A batcher over every sequence of m (each handle's calls go through it from now on), at most
