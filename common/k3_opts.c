@@ -192,6 +192,10 @@ void k3_opts_help(FILE *f, const char *usage, const char *purpose,
     fprintf(f, "\n%s", k3_exit_codes_help);
 }
 
+static const char *help_cmd;         /* the command whose --help a usage error points to */
+
+void k3_opts_help_cmd(const char *cmd) { help_cmd = cmd; }
+
 int k3_usage_error(const char *fmt, ...)
 {
     char msg[1024];
@@ -200,6 +204,6 @@ int k3_usage_error(const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     k3_error("%s", msg);
-    fprintf(stderr, "Try '%s --help' for more information.\n", k3_log_prog());
+    fprintf(stderr, "Try '%s --help' for more information.\n", help_cmd ? help_cmd : k3_log_prog());
     return K3_EXIT_USAGE;
 }

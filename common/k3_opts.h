@@ -76,6 +76,8 @@ void k3_opts_help(FILE *f, const char *usage, const char *purpose,
 /* A usage error: "<prog>: error: <msg>" and "Try '<prog> --help' ..." on
    stderr; returns K3_EXIT_USAGE for main() to return. */
 int k3_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* A subcommand's own name for that hint ("k3run serve"); NULL: the program's. */
+void k3_opts_help_cmd(const char *cmd);
 
 /* The exit-code table every --help ends with. */
 extern const char k3_exit_codes_help[];

@@ -287,9 +287,19 @@ int main(int argc, char **argv)
         atexit(k3_dist_finalize);
         if (k3_dist_rank() > 0 && k3_dist_quiet()) return K3_EXIT_IO;   /* rank 0 speaks for all */
     }
-    if (argc > 1 && !strcmp(argv[1], "chat")) return k3_chat_main(argc - 1, argv + 1);   /* k3run chat ... */
-    if (argc > 1 && !strcmp(argv[1], "serve")) return k3_serve_main(argc - 1, argv + 1); /* k3run serve ... */
-    if (argc > 1 && !strcmp(argv[1], "batch")) return k3_batch_main(argc - 1, argv + 1); /* k3run batch ... */
+    /* subcommands; a usage error points to the subcommand's own --help */
+    if (argc > 1 && !strcmp(argv[1], "chat")) {
+        k3_opts_help_cmd("k3run chat");
+        return k3_chat_main(argc - 1, argv + 1);
+    }
+    if (argc > 1 && !strcmp(argv[1], "serve")) {
+        k3_opts_help_cmd("k3run serve");
+        return k3_serve_main(argc - 1, argv + 1);
+    }
+    if (argc > 1 && !strcmp(argv[1], "batch")) {
+        k3_opts_help_cmd("k3run batch");
+        return k3_batch_main(argc - 1, argv + 1);
+    }
     k3_args a;
     k3_diag d;
     if (k3_opts_parse(opts, N_OPTS, argc, argv, &a, &d)) return k3_usage_error("%s", d.msg);

@@ -97,6 +97,17 @@ class TestHelp(unittest.TestCase):
             self.assertEqual(out.count(row), 1, row)
         self.assertEqual(out.count("130"), 1, out)
 
+    def test_usage_error_points_to_the_subcommand(self):
+        """a usage error of a subcommand points to that subcommand's --help (it said 'k3run --help')"""
+        for sub in ("chat", "serve", "batch"):
+            p = k3run([sub, "--no-such-option"], check=False)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn(("Try 'k3run %s --help'" % sub).encode(), p.stderr)
+        p = k3run(["--no-such-option"], check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn(b"Try 'k3run --help'", p.stderr)
+        self.assertIn(b"k3run batch -m PACK IN.jsonl -o OUT.jsonl", k3run(["--help"]).stdout)
+
 
 if __name__ == "__main__":
     unittest.main()
