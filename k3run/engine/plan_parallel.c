@@ -13,14 +13,6 @@
 
 const uint32_t k3_par_slots[K3_PAR_N_SLOTS] = {1, 2, 4, 8, 16, 32};
 
-static double powi(double x, uint32_t n)
-{
-    double r = 1.0;
-    for (; n; n >>= 1, x *= x)
-        if (n & 1) r *= x;
-    return r;
-}
-
 void k3_decode_cost_of(const k3_config *c, const k3_geometry *g, const k3_plan *p, uint32_t S, uint32_t pos,
                        k3_decode_cost *out)
 {
@@ -33,7 +25,7 @@ void k3_decode_cost_of(const k3_config *c, const k3_geometry *g, const k3_plan *
     if (pick > 1) pick = 1;
     double miss = p->experts_all_resident || !g->n_experts_total ? 0.0
                 : 1.0 - (double)p->expert_slots / (double)g->n_experts_total;
-    double used = (double)g->n_moe_layers * per_layer * (1.0 - powi(1.0 - pick, S));   /* experts the pass uses */
+    double used = (double)g->n_moe_layers * per_layer * (1.0 - pow(1.0 - pick, S));   /* experts the pass uses */
     out->experts_used = used;
     out->expert_reads = used * miss;
     out->read_bytes = (double)p->trunk_streamed + out->expert_reads * (double)g->expert_record +

@@ -328,6 +328,19 @@ KS_INLINE void KS_FN(mx_mv)(const k3_mat *W, const float *x, float *y, const uin
     }
 }
 
+/* The rows of a pass of n rows from r, row vector by row vector (KS_NR rows each); past the end
+   the last row repeats (its result is written twice, the same value). The row vectors used. */
+KS_INLINE int KS_FN(pass_rows)(uint32_t r, uint32_t n, uint32_t row[][2])
+{
+    int R = (int)((n + KS_NR - 1) / KS_NR);
+    for (int k = 0; k < R; k++)
+        for (int h = 0; h < 2; h++) {
+            uint32_t i = (uint32_t)k * KS_NR + (uint32_t)(h < KS_NR ? h : 0);
+            row[k][h] = r + (i < n ? i : n - 1);
+        }
+    return R;
+}
+
 /* Rows [r0, r1), one token, in passes of R row vectors. */
 static void KS_FN(mv)(const k3_mat *W, const float *x, float *y, uint32_t r0, uint32_t r1)
 {
@@ -335,12 +348,7 @@ static void KS_FN(mv)(const k3_mat *W, const float *x, float *y, uint32_t r0, ui
     while (r < r1) {
         uint32_t row[KS_RMV][2];
         uint32_t n = r1 - r < KS_RMV * KS_NR ? r1 - r : KS_RMV * KS_NR;
-        int R = (int)((n + KS_NR - 1) / KS_NR);
-        for (int k = 0; k < R; k++)
-            for (int h = 0; h < 2; h++) {
-                uint32_t i = (uint32_t)k * KS_NR + (uint32_t)(h < KS_NR ? h : 0);
-                row[k][h] = r + (i < n ? i : n - 1);  /* past the end: repeat the last row */
-            }
+        int R = KS_FN(pass_rows)(r, n, row);
         /* the next pass's rows are contiguous: prefetch them a line or two per step */
         ks_next nx;
         uint32_t nn = r1 - (r + n) < KS_RMV * KS_NR ? r1 - (r + n) : KS_RMV * KS_NR;
@@ -694,13 +702,8 @@ static void KS_FN(ft)(const k3_mat *W, const float *xp, uint32_t T, float *y, si
     const int R = T == 2 ? 3 : T == 3 ? 2 : 1;                  /* row vectors per pass: 12 sums or fewer */
     for (uint32_t r = r0; r < r1;) {
         uint32_t n = r1 - r < (uint32_t)R * KS_NR ? r1 - r : (uint32_t)R * KS_NR;
-        int Rn = (int)((n + KS_NR - 1) / KS_NR);
         uint32_t row[3][2];
-        for (int k = 0; k < Rn; k++)
-            for (int h = 0; h < 2; h++) {
-                uint32_t i = (uint32_t)k * KS_NR + (uint32_t)(h < KS_NR ? h : 0);
-                row[k][h] = r + (i < n ? i : n - 1);            /* past the end: repeat the last row */
-            }
+        int Rn = KS_FN(pass_rows)(r, n, row);
         switch (T * 8 + (uint32_t)Rn) {
         case 2 * 8 + 3: KS_FN(ft_2_3)(W, xp, y, ldy, row); break;
         case 3 * 8 + 2: KS_FN(ft_3_2)(W, xp, y, ldy, row); break;

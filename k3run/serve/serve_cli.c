@@ -87,12 +87,7 @@ static void *signals(void *arg)
     sigaddset(&set, SIGINT);
     int sig = 0;
     sigwait(&set, &sig);
-    pthread_mutex_lock(&s->mu);
-    s->stopping = 1;
-    for (uint32_t i = 0; i < s->n_slots; i++)
-        if (s->slots[i].job) s->slots[i].job->cancel = 1;
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
+    srv_stop(s);
     return NULL;
 }
 

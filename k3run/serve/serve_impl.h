@@ -196,7 +196,9 @@ int srv_fail(k3_err e, const k3_diag *d);      /* print d, the exit code of e */
 /* Bring the pack up: tokenizer, plan (s->lo, with n_seq = n_slots), model, a chat per slot, the
    batcher (n_slots > 1). An exit code, 0 on success. */
 int srv_load(srv *s);
-void srv_unload(srv *s);                       /* everything srv_load made, and the queue */
+void srv_unload(srv *s);
+/* The shutdown begins: the slots stop taking jobs, each answer in progress stops within a token. */
+void srv_stop(srv *s);                       /* everything srv_load made, and the queue */
 /* Run the slots: the jobs of the queue, each in a slot, until s->stopping (or, with s->drain, until
    the queue is empty); with one slot on this thread, else on their own threads, this one running
    the passes they share. */

@@ -98,6 +98,16 @@ int srv_load(srv *s)
     return 0;
 }
 
+void srv_stop(srv *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->stopping = 1;
+    for (uint32_t i = 0; i < s->n_slots; i++)
+        if (s->slots[i].job) s->slots[i].job->cancel = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
 void srv_unload(srv *s)
 {
     k3_batcher_free(s->bat);
