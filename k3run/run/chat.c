@@ -373,6 +373,7 @@ k3_err k3_chat_turn(k3_chat *c, const char *request, size_t len, const k3_chat_o
     if (!e) {
         size_t n_calls = t.stopped ? 0 : k3_chat_parser_n_calls(&p);
         st->finish = interrupted ? "interrupted" : n_calls ? "tool_calls" : (ended || t.stopped) ? "stop" : "length";
+        st->stop_index = t.stopped ? k3_stopstr_which(&t.stop) : -1;
         if (!(*message = assistant_message(&p, &t)))
             e = k3_fail(d, K3_ERR_NOMEM, "out of memory");
     }
@@ -426,6 +427,7 @@ k3_err k3_chat_complete(k3_chat *c, const int32_t *ids, uint32_t n, int64_t eos,
     if (!t.stopped) k3_stopstr_finish(&t.stop, emit_content, &t);
     st->t_gen = k3_now() - tg;
     st->finish = interrupted ? "interrupted" : (ended || t.stopped) ? "stop" : "length";
+    st->stop_index = t.stopped ? k3_stopstr_which(&t.stop) : -1;
     k3_stopstr_free(&t.stop);
     if (e) { free(t.content); return e; }
     *text = t.content ? t.content : calloc(1, 1);

@@ -39,6 +39,7 @@ typedef struct k3_chat_stats {
     double t_first;                /* seconds from the turn's start to its first answer token */
     double t_prompt, t_gen;        /* processing the prompt; generating */
     const char *finish;            /* "stop", "length", "tool_calls", "interrupted" */
+    int stop_index;                /* the stop string (k3_chat_opts.stops) that ended the answer, or -1 */
     int think_closed;              /* the think budget closed the think channel */
     k3_dec_stats dec;              /* the answer's passes, drafted and accepted tokens (decode.h) */
 } k3_chat_stats;

@@ -33,8 +33,13 @@ int srv_buf_add(srv_buf *b, const void *s, size_t n)
     return 0;
 }
 
+const char *const srv_endpoint_names[SRV_N_ENDPOINTS] = {
+    "chat_completions", "completions", "models", "health", "metrics", "page", "messages", "count_tokens", "responses"
+};
+
 static void job_free(srv_job *j)
 {
+    if (j->api && j->api->free_state) j->api->free_state(j->api_state);
     free(j->body);
     free(j->ids);
     free(j->route);
@@ -229,6 +234,7 @@ int srv_api_parse(srv *s, srv_kind kind, const char *body, size_t len, srv_job *
     j->co.n_stops = 0;
     j->so = s->so;
     j->refs = 1;
+    j->api = &srv_api_openai;
     if (!json_is_object(c.r)) { rc = bad(&c, "the body is %s, not a JSON object", type_name(c.r)); goto out; }
     if ((rc = common_fields(s, &c, j))) goto out;
     k3_diag d;
@@ -291,22 +297,40 @@ out:
     return 0;
 }
 
-/* ---- running a job --------------------------------------------------------- */
+int srv_api_parse_as(srv *s, const srv_api_ops *api, const char *body, size_t len, srv_job **out, char *msg,
+                     size_t cap)
+{
+    if (!api->to_chat) return srv_api_parse(s, SRV_CHAT, body, len, out, msg, cap);
+    char *chat = NULL;
+    size_t chat_len = 0;
+    void *state = NULL;
+    int rc = api->to_chat(s, body, len, &chat, &chat_len, &state, msg, cap);
+    if (!rc) rc = srv_api_parse(s, SRV_CHAT, chat, chat_len, out, msg, cap);
+    free(chat);
+    if (rc) {
+        if (api->free_state) api->free_state(state);
+        return rc;
+    }
+    (*out)->api = api;
+    (*out)->api_state = state;
+    return 0;
+}
 
-typedef struct run_ctx {
-    srv *s;
-    srv_job *j;
-    int index;                     /* the choice being generated */
-} run_ctx;
+/* ---- output ----------------------------------------------------------------- */
 
 /* Append an event (data: JSON) or a body to the job's output, for the connection to send. */
 /* Waking the connection's thread for every token would cost a context switch per token on a CPU
    the compute threads share (8 % of the demo model's 0.55 ms tokens): events go out at most every
    SRV_FLUSH_MS (the stream's reader also looks that often), the end at once (its state change). */
-static void put(srv *s, srv_job *j, const char *text, int event)
+static void put_raw(srv *s, srv_job *j, const char *name, const char *text, int event)
 {
     double now = k3_now();
     pthread_mutex_lock(&s->mu);
+    if (name) {
+        srv_buf_add(&j->out, "event: ", 7);
+        srv_buf_add(&j->out, name, strlen(name));
+        srv_buf_add(&j->out, "\n", 1);
+    }
     if (event) srv_buf_add(&j->out, "data: ", 6);
     srv_buf_add(&j->out, text, strlen(text));
     if (event) srv_buf_add(&j->out, "\n\n", 2);
@@ -317,42 +341,30 @@ static void put(srv *s, srv_job *j, const char *text, int event)
     pthread_mutex_unlock(&s->mu);
 }
 
-static void put_json(srv *s, srv_job *j, json_t *doc)
+void srv_put(srv *s, srv_job *j, const char *text, int event)
 {
-    char *t = json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    if (t) put(s, j, t, j->stream);
+    put_raw(s, j, NULL, text, event);
+}
+
+void srv_put_json(srv *s, srv_job *j, json_t *doc)
+{
+    char *t = doc ? json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    if (t) put_raw(s, j, NULL, t, j->stream);
     free(t);
     json_decref(doc);
 }
 
-/* A stream chunk: {"id", "object", "created", "model", "choices": [choice]} (choice stolen). */
-static json_t *chunk(const srv_job *j, json_t *choice)
+void srv_put_event(srv *s, srv_job *j, const char *name, json_t *doc)
 {
-    json_t *c = json_pack("{s:s,s:s,s:I,s:s,s:[]}", "id", j->id, "object",
-                          j->kind == SRV_CHAT ? "chat.completion.chunk" : "text_completion", "created",
-                          (json_int_t)j->created, "model", j->model, "choices");
-    if (choice) json_array_append_new(json_object_get(c, "choices"), choice);
-    return c;
-}
-
-static void put_delta(run_ctx *r, json_t *delta, const char *finish)
-{
-    srv_job *j = r->j;
-    json_t *fin = finish ? json_string(finish) : json_null(), *ch;
-    if (j->kind == SRV_CHAT) {
-        ch = json_pack("{s:i,s:o,s:n,s:o}", "index", r->index, "delta", delta, "logprobs", "finish_reason", fin);
-    } else {                                       /* a completion's chunk carries the text itself */
-        json_t *t = json_object_get(delta, "content");
-        ch = json_pack("{s:o,s:i,s:n,s:o}", "text", t ? json_incref(t) : json_string(""), "index", r->index,
-                       "logprobs", "finish_reason", fin);
-        json_decref(delta);
-    }
-    put_json(r->s, j, chunk(j, ch));
+    char *t = doc ? json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    if (t) put_raw(s, j, name, t, 1);
+    free(t);
+    json_decref(doc);
 }
 
 /* Bytes of one channel into whole UTF-8 characters (as k3_utf8_out does on a terminal): the
    complete part as a JSON-safe string, or NULL when nothing is complete yet. */
-static char *utf8_take(srv_utf8 *u, const uint8_t *b, size_t n, int flush)
+char *srv_utf8_take(srv_utf8 *u, const uint8_t *b, size_t n, int flush)
 {
     srv_buf o = {0};
     for (size_t i = 0; i < n; i++) {
@@ -377,18 +389,149 @@ static char *utf8_take(srv_utf8 *u, const uint8_t *b, size_t n, int flush)
     return t;
 }
 
-static void emit_text(run_ctx *r, int channel, char *t)
+json_t *srv_usage_json(const k3_chat_stats *st)
 {
-    if (!t) return;
-    if (*t) put_delta(r, json_pack("{s:s}", channel ? "content" : "reasoning_content", t), NULL);
-    free(t);
+    return json_pack("{s:i,s:i,s:i,s:{s:i},s:{s:i}}", "prompt_tokens", (json_int_t)st->prompt_tokens,
+                     "completion_tokens", (json_int_t)st->completion_tokens, "total_tokens",
+                     (json_int_t)(st->prompt_tokens + st->completion_tokens), "prompt_tokens_details", "cached_tokens",
+                     (json_int_t)st->cached_tokens, "completion_tokens_details", "reasoning_tokens",
+                     (json_int_t)st->reasoning_tokens);
 }
+
+/* ---- the OpenAI API's answers ------------------------------------------------ */
+
+/* A stream chunk: {"id", "object", "created", "model", "choices": [choice]} (choice stolen). */
+static json_t *chunk(const srv_job *j, json_t *choice)
+{
+    json_t *c = json_pack("{s:s,s:s,s:I,s:s,s:[]}", "id", j->id, "object",
+                          j->kind == SRV_CHAT ? "chat.completion.chunk" : "text_completion", "created",
+                          (json_int_t)j->created, "model", j->model, "choices");
+    if (choice) json_array_append_new(json_object_get(c, "choices"), choice);
+    return c;
+}
+
+static void put_delta(run_ctx *r, json_t *delta, const char *finish)
+{
+    srv_job *j = r->j;
+    json_t *fin = finish ? json_string(finish) : json_null(), *ch;
+    if (j->kind == SRV_CHAT) {
+        ch = json_pack("{s:i,s:o,s:n,s:o}", "index", r->index, "delta", delta, "logprobs", "finish_reason", fin);
+    } else {                                       /* a completion's chunk carries the text itself */
+        json_t *t = json_object_get(delta, "content");
+        ch = json_pack("{s:o,s:i,s:n,s:o}", "text", t ? json_incref(t) : json_string(""), "index", r->index,
+                       "logprobs", "finish_reason", fin);
+        json_decref(delta);
+    }
+    srv_put_json(r->s, j, chunk(j, ch));
+}
+
+static const char *openai_finish(const k3_chat_stats *st)
+{
+    return !strcmp(st->finish, "interrupted") ? "stop" : st->finish;
+}
+
+static void oa_begin(run_ctx *r)
+{
+    r->acc = json_array();
+}
+
+static void oa_start(run_ctx *r)
+{
+    if (r->j->stream && r->j->kind == SRV_CHAT)
+        put_delta(r, json_pack("{s:s,s:s}", "role", "assistant", "content", ""), NULL);
+}
+
+static void oa_text(run_ctx *r, int channel, const char *t)
+{
+    put_delta(r, json_pack("{s:s}", channel ? "content" : "reasoning_content", t), NULL);
+}
+
+static void oa_call(run_ctx *r, int i, const char *name, const char *arguments)
+{
+    char id[32];
+    snprintf(id, sizeof id, "call_%d", i + 1);
+    json_t *call = json_pack("{s:i,s:s,s:s,s:{s:s,s:s}}", "index", i, "id", id, "type", "function", "function", "name",
+                             name, "arguments", arguments);
+    put_delta(r, json_pack("{s:[o]}", "tool_calls", call), NULL);
+}
+
+static void oa_choice(run_ctx *r, const k3_chat_stats *st, const char *message, const char *text, size_t text_len)
+{
+    srv_job *j = r->j;
+    const char *finish = openai_finish(st);
+    if (j->stream) {
+        put_delta(r, j->kind == SRV_CHAT ? json_object() : json_pack("{s:s}", "content", ""), finish);
+    } else if (j->kind == SRV_CHAT) {
+        json_t *msg = json_loads(message, JSON_ALLOW_NUL, NULL);
+        json_array_append_new(r->acc, json_pack("{s:i,s:o,s:n,s:s}", "index", r->index, "message",
+                                                msg ? msg : json_object(), "logprobs", "finish_reason", finish));
+    } else {
+        char *t = k3_utf8_sanitize(text, text_len, NULL);
+        json_array_append_new(r->acc, json_pack("{s:i,s:s,s:n,s:s}", "index", r->index, "text", t ? t : "",
+                                                "logprobs", "finish_reason", finish));
+        free(t);
+    }
+}
+
+static void oa_end(run_ctx *r, const k3_chat_stats *all, json_t *k3)
+{
+    srv *s = r->s;
+    srv_job *j = r->j;
+    if (j->stream) {
+        if (j->include_usage) {
+            json_t *c = chunk(j, NULL);
+            json_object_set_new(c, "usage", srv_usage_json(all));
+            json_object_set_new(c, "k3", k3);
+            srv_put_json(s, j, c);
+        } else {
+            json_decref(k3);
+        }
+        srv_put(s, j, "[DONE]", 1);
+    } else {
+        json_t *doc = json_pack("{s:s,s:s,s:I,s:s,s:O,s:o,s:o}", "id", j->id, "object",
+                                j->kind == SRV_CHAT ? "chat.completion" : "text_completion", "created",
+                                (json_int_t)j->created, "model", j->model, "choices", r->acc, "usage",
+                                srv_usage_json(all), "k3", k3);
+        j->status = 200;
+        srv_put_json(s, j, doc);
+    }
+    json_decref(r->acc);
+    r->acc = NULL;
+}
+
+static void oa_fail(run_ctx *r, int status, const char *msg)
+{
+    char *err = srv_api_error_json(status, msg);
+    if (err) srv_put(r->s, r->j, err, r->j->stream);
+    if (r->j->stream) srv_put(r->s, r->j, "[DONE]", 1);
+    free(err);
+    json_decref(r->acc);
+    r->acc = NULL;
+}
+
+const srv_api_ops srv_api_openai = {
+    .name = "openai", .begin = oa_begin, .start = oa_start, .text = oa_text, .call = oa_call, .choice = oa_choice, .end = oa_end,
+    .fail = oa_fail, .error_json = srv_api_error_json,
+};
+
+/* ---- running a job ----------------------------------------------------------- */
 
 static void on_text(void *ctx, int channel, const uint8_t *b, size_t n)
 {
     run_ctx *r = ctx;
     if (!r->j->stream) return;
-    emit_text(r, channel, utf8_take(&r->j->u8[channel], b, n, 0));
+    char *t = srv_utf8_take(&r->j->u8[channel], b, n, 0);
+    if (t && *t) r->j->api->text(r, channel, t);
+    free(t);
+}
+
+static void flush_text(run_ctx *r)
+{
+    for (int ch = 0; ch < 2; ch++) {
+        char *t = srv_utf8_take(&r->j->u8[ch], NULL, 0, 1);
+        if (t && *t) r->j->api->text(r, ch, t);
+        free(t);
+    }
 }
 
 static void on_call(void *ctx, const char *name, const char *arguments)
@@ -397,21 +540,8 @@ static void on_call(void *ctx, const char *name, const char *arguments)
     srv_job *j = r->j;
     int i = j->n_calls++;
     if (!j->stream) return;
-    for (int ch = 0; ch < 2; ch++) emit_text(r, ch, utf8_take(&j->u8[ch], NULL, 0, 1));
-    char id[32];
-    snprintf(id, sizeof id, "call_%d", i + 1);
-    json_t *call = json_pack("{s:i,s:s,s:s,s:{s:s,s:s}}", "index", i, "id", id, "type", "function", "function", "name",
-                             name, "arguments", arguments);
-    put_delta(r, json_pack("{s:[o]}", "tool_calls", call), NULL);
-}
-
-static json_t *usage_json(const k3_chat_stats *st)
-{
-    return json_pack("{s:i,s:i,s:i,s:{s:i},s:{s:i}}", "prompt_tokens", (json_int_t)st->prompt_tokens,
-                     "completion_tokens", (json_int_t)st->completion_tokens, "total_tokens",
-                     (json_int_t)(st->prompt_tokens + st->completion_tokens), "prompt_tokens_details", "cached_tokens",
-                     (json_int_t)st->cached_tokens, "completion_tokens_details", "reasoning_tokens",
-                     (json_int_t)st->reasoning_tokens);
+    flush_text(r);
+    j->api->call(r, i, name, arguments);
 }
 
 static json_t *k3_json(const srv *s, const k3_chat_stats *st, const k3_weights_stats *w0, const k3_weights_stats *w1)
@@ -466,16 +596,15 @@ void srv_api_run(srv *s, srv_slot *sl, srv_job *j)
     k3_weights_stats w0, w1;
     k3_diag d;
     k3_err e = K3_OK;
-    json_t *choices = json_array();
     k3w_stats(s->ld.w, &w0);
     memset(&all, 0, sizeof all);
+    j->api->begin(&r);
     for (int i = 0; i < j->n_choices && !e; i++) {
         char *message = NULL, *text = NULL;
         size_t text_len = 0;
         r.index = i;
         j->n_calls = 0;
-        if (j->stream && j->kind == SRV_CHAT)
-            put_delta(&r, json_pack("{s:s,s:s}", "role", "assistant", "content", ""), NULL);
+        j->api->start(&r);
         k3_sampler_opts so = j->so;
         so.seed += (uint64_t)i;
         e = k3_chat_set_sampler(sl->chat, &so, &d);
@@ -486,20 +615,8 @@ void srv_api_run(srv *s, srv_slot *sl, srv_job *j)
                                  &d);
         if (!e) {
             add_stats(&all, &st, i == 0);
-            const char *finish = !strcmp(st.finish, "interrupted") ? "stop" : st.finish;
-            if (j->stream) {
-                for (int ch = 0; ch < 2; ch++) emit_text(&r, ch, utf8_take(&j->u8[ch], NULL, 0, 1));
-                put_delta(&r, j->kind == SRV_CHAT ? json_object() : json_pack("{s:s}", "content", ""), finish);
-            } else if (j->kind == SRV_CHAT) {
-                json_t *msg = json_loads(message, JSON_ALLOW_NUL, NULL);
-                json_array_append_new(choices, json_pack("{s:i,s:o,s:n,s:s}", "index", i, "message",
-                                                         msg ? msg : json_object(), "logprobs", "finish_reason", finish));
-            } else {
-                char *t = k3_utf8_sanitize(text, text_len, NULL);
-                json_array_append_new(choices, json_pack("{s:i,s:s,s:n,s:s}", "index", i, "text", t ? t : "",
-                                                         "logprobs", "finish_reason", finish));
-                free(t);
-            }
+            if (j->stream) flush_text(&r);
+            j->api->choice(&r, &st, message, text, text_len);
         }
         free(message);
         free(text);
@@ -508,36 +625,16 @@ void srv_api_run(srv *s, srv_slot *sl, srv_job *j)
     k3w_stats(s->ld.w, &w1);
     if (e) {
         /* a failure after the request was accepted: the model's state is unknown, start afresh */
-        json_decref(choices);
         k3_chat_reset(sl->chat);
         int status = e == K3_ERR_USAGE ? 400 : 500;
-        char *err = srv_api_error_json(status, d.msg);
         pthread_mutex_lock(&s->mu);
         s->mt.errors[status]++;
         pthread_mutex_unlock(&s->mu);
-        if (err) put(s, j, err, j->stream);
-        if (j->stream) put(s, j, "[DONE]", 1);
+        j->api->fail(&r, status, d.msg);
         j->status = status;
-        free(err);
         return;
     }
-    if (j->stream) {
-        json_decref(choices);
-        if (j->include_usage) {
-            json_t *c = chunk(j, NULL);
-            json_object_set_new(c, "usage", usage_json(&all));
-            json_object_set_new(c, "k3", k3_json(s, &all, &w0, &w1));
-            put_json(s, j, c);
-        }
-        put(s, j, "[DONE]", 1);
-    } else {
-        json_t *doc = json_pack("{s:s,s:s,s:I,s:s,s:o,s:o,s:o}", "id", j->id, "object",
-                                j->kind == SRV_CHAT ? "chat.completion" : "text_completion", "created",
-                                (json_int_t)j->created, "model", j->model, "choices", choices, "usage",
-                                usage_json(&all), "k3", k3_json(s, &all, &w0, &w1));
-        j->status = 200;
-        put_json(s, j, doc);
-    }
+    j->api->end(&r, &all, k3_json(s, &all, &w0, &w1));
     pthread_mutex_lock(&s->mu);
     s->mt.prompt_tokens += all.prompt_tokens;
     s->mt.cached_tokens += all.cached_tokens;
@@ -565,7 +662,6 @@ char *srv_api_models_json(const srv *s)
 
 char *srv_api_metrics_text(srv *s)
 {
-    static const char *const names[6] = { "chat_completions", "completions", "models", "health", "metrics", "page" };
     srv_buf b = {0};
     char line[256];
     pthread_mutex_lock(&s->mu);
@@ -589,7 +685,8 @@ char *srv_api_metrics_text(srv *s)
     }
 #define LINE(...) do { snprintf(line, sizeof line, __VA_ARGS__); srv_buf_add(&b, line, strlen(line)); } while (0)
     LINE("# HELP k3_requests_total HTTP requests answered, by endpoint.\n# TYPE k3_requests_total counter\n");
-    for (int i = 0; i < 6; i++) LINE("k3_requests_total{endpoint=\"%s\"} %llu\n", names[i], (unsigned long long)m.requests[i]);
+    for (int i = 0; i < SRV_N_ENDPOINTS; i++)
+        LINE("k3_requests_total{endpoint=\"%s\"} %llu\n", srv_endpoint_names[i], (unsigned long long)m.requests[i]);
     LINE("# HELP k3_errors_total Requests answered with an error, by HTTP status.\n# TYPE k3_errors_total counter\n");
     for (int i = 400; i < 600; i++)
         if (m.errors[i]) LINE("k3_errors_total{status=\"%d\"} %llu\n", i, (unsigned long long)m.errors[i]);

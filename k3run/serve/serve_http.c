@@ -29,7 +29,9 @@
 #define SRV_CONN_LIMIT 64
 #define SRV_WAIT_MS 100           /* how often a waiting connection looks at its client */
 
-typedef enum { R_CHAT, R_COMPLETION, R_MODELS, R_HEALTH, R_METRICS, R_PAGE, R_NONE } route;
+/* in the order of srv_endpoint_names (the metrics count requests by it) */
+typedef enum { R_CHAT, R_COMPLETION, R_MODELS, R_HEALTH, R_METRICS, R_PAGE, R_MESSAGES, R_COUNT_TOKENS, R_RESPONSES,
+               R_NONE } route;
 
 /* One request on a connection. */
 typedef struct conn {
@@ -50,6 +52,9 @@ static const struct { const char *path, *method; route r; } routes[] = {
     {"/v1/chat/completions", "POST", R_CHAT},
     {"/v1/completions", "POST", R_COMPLETION},
     {"/v1/models", "GET", R_MODELS},
+    {"/v1/messages", "POST", R_MESSAGES},
+    {"/v1/messages/count_tokens", "POST", R_COUNT_TOKENS},
+    {"/v1/responses", "POST", R_RESPONSES},
     {"/health", "GET", R_HEALTH},
     {"/metrics", "GET", R_METRICS},
     {"/", "GET", R_PAGE},
@@ -77,6 +82,24 @@ static enum MHD_Result send_json(struct MHD_Connection *c, int status, char *jso
 {
     if (!json) return MHD_NO;
     return send_body(c, status, "application/json", json, strlen(json), 1, NULL, NULL);
+}
+
+/* The API whose shape a route's answers and errors take. */
+static const srv_api_ops *api_of(route r)
+{
+    return r == R_MESSAGES || r == R_COUNT_TOKENS ? &srv_api_messages : r == R_RESPONSES ? &srv_api_responses
+                                                                                           : &srv_api_openai;
+}
+
+static enum MHD_Result send_error_api(srv *s, struct MHD_Connection *c, const srv_api_ops *api, int status,
+                                      const char *msg, const char *hname, const char *hvalue)
+{
+    pthread_mutex_lock(&s->mu);
+    if (status >= 400 && status < 600) s->mt.errors[status]++;
+    pthread_mutex_unlock(&s->mu);
+    char *e = api->error_json(status, msg);
+    if (!e) return MHD_NO;
+    return send_body(c, status, "application/json", e, strlen(e), 1, hname, hvalue);
 }
 
 static enum MHD_Result send_error_h(srv *s, struct MHD_Connection *c, int status, const char *msg,
@@ -204,17 +227,20 @@ static enum MHD_Result api_post(srv *s, conn *k, struct MHD_Connection *c)
 {
     char msg[1200] = "";
     srv_job *j;
-    int st = srv_api_parse(s, k->r == R_CHAT ? SRV_CHAT : SRV_COMPLETION, k->body.p ? k->body.p : "", k->body.n, &j,
-                           msg, sizeof msg);
-    if (st) return send_error(s, c, st, msg);
+    const char *body = k->body.p ? k->body.p : "";
+    const srv_api_ops *api = api_of(k->r);
+    int st = k->r == R_CHAT || k->r == R_COMPLETION
+                 ? srv_api_parse(s, k->r == R_CHAT ? SRV_CHAT : SRV_COMPLETION, body, k->body.n, &j, msg, sizeof msg)
+                 : srv_api_parse_as(s, api, body, k->body.n, &j, msg, sizeof msg);
+    if (st) return send_error_api(s, c, api, st, msg, NULL, NULL);
     pthread_mutex_lock(&s->mu);
     if (s->stopping || s->q_n + s->running > s->queue_max + s->n_slots - 1) {   /* queue_max wait, every slot runs */
         int stopping = s->stopping;
         if (!stopping) s->mt.rejected_busy++;
         srv_job_unref(s, j);
         pthread_mutex_unlock(&s->mu);
-        return send_error_h(s, c, 503, stopping ? "the server is shutting down" :
-                            "the server is busy: the queue of requests is full; retry later", "Retry-After", "1");
+        return send_error_api(s, c, api, 503, stopping ? "the server is shutting down" :
+                              "the server is busy: the queue of requests is full; retry later", "Retry-After", "1");
     }
     j->refs = 2;
     j->state = SRV_QUEUED;
@@ -251,15 +277,15 @@ static enum MHD_Result api_post(srv *s, conn *k, struct MHD_Connection *c)
         wait_ms(s, SRV_WAIT_MS);
         if (j->state != SRV_DONE && peer_gone(k->fd)) j->cancel = 1;
     }
-    char *body = j->out.p;
+    char *out = j->out.p;
     size_t n = j->out.n;
     int status = j->status ? j->status : 500;
     j->out = (srv_buf){0};
     srv_job_unref(s, j);
     k->counted = 1;                                  /* `active` drops once the answer went out (on_done) */
     pthread_mutex_unlock(&s->mu);
-    if (!body) return send_error(s, c, 500, "the answer was lost (out of memory)");
-    return send_body(c, status, "application/json", body, n, 1, NULL, NULL);
+    if (!out) return send_error_api(s, c, api, 500, "the answer was lost (out of memory)", NULL, NULL);
+    return send_body(c, status, "application/json", out, n, 1, NULL, NULL);
 }
 
 /* ---- the request ------------------------------------------------------------------- */
@@ -302,17 +328,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                 return send_error_h(s, c, 405, m, "Allow", allow);
             }
             snprintf(m, sizeof m, "no such endpoint: %.300s (the API is /v1/chat/completions, /v1/completions, "
-                     "/v1/models, /health, /metrics and the page /)", url);
+                     "/v1/messages, /v1/messages/count_tokens, /v1/responses, /v1/models, /health, /metrics and "
+                     "the page /)", url);
             return send_error(s, c, 404, m);
         }
-        if (s->api_key && (k->r == R_CHAT || k->r == R_COMPLETION || k->r == R_MODELS || k->r == R_METRICS)) {
+        if (s->api_key && k->r != R_HEALTH && k->r != R_PAGE) {
+            /* the key as OpenAI's clients send it, or as Anthropic's do (x-api-key) */
             const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+            const char *x = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
             const char *tok = h && !strncasecmp(h, "Bearer ", 7) ? h + 7 : NULL;
-            if (!key_ok(s->api_key, tok)) {
+            if (!key_ok(s->api_key, tok) && !key_ok(s->api_key, x)) {
                 k->failed = 1;
-                return send_error_h(s, c, 401, h ? "the API key is wrong" :
-                                    "an API key is needed: send the header 'Authorization: Bearer KEY'",
-                                    "WWW-Authenticate", "Bearer");
+                return send_error_api(s, c, api_of(k->r), 401, h || x ? "the API key is wrong" :
+                                      "an API key is needed: send the header 'Authorization: Bearer KEY' "
+                                      "(or 'x-api-key: KEY')", "WWW-Authenticate", "Bearer");
             }
         }
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
@@ -322,7 +351,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             k->fail_status = 413;
             if (MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Expect")) {   /* it waits for a go-ahead */
                 k->failed = 1;
-                return send_error(s, c, 413, k->fail_msg);
+                return send_error_api(s, c, api_of(k->r), 413, k->fail_msg, NULL, NULL);
             }
         }
         return MHD_YES;
@@ -356,13 +385,23 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (k->failed) return MHD_YES;                   /* its error is queued already */
     if (k->fail_status) {
         k->failed = 1;
-        return send_error(s, c, k->fail_status, k->fail_msg);
+        return send_error_api(s, c, api_of(k->r), k->fail_status, k->fail_msg, NULL, NULL);
     }
     count(s, k->r);
     switch (k->r) {
     case R_CHAT:
     case R_COMPLETION:
+    case R_MESSAGES:
+    case R_RESPONSES:
         return api_post(s, k, c);
+    case R_COUNT_TOKENS: {
+        char msg[1200] = "";
+        int st = 0;
+        char *doc = srv_messages_count_tokens(s, k->body.p ? k->body.p : "", k->body.n, &st, msg, sizeof msg);
+        if (!doc) return send_error_api(s, c, &srv_api_messages, st ? st : 500, msg[0] ? msg : "out of memory",
+                                        NULL, NULL);
+        return send_json(c, 200, doc);
+    }
     case R_MODELS:
         return send_json(c, 200, srv_api_models_json(s));
     case R_HEALTH: {

@@ -49,6 +49,7 @@ typedef struct srv_buf {
 int srv_buf_add(srv_buf *b, const void *s, size_t n);   /* 0, or -1 when out of memory */
 
 typedef enum { SRV_CHAT, SRV_COMPLETION } srv_kind;
+struct srv_api_ops;
 typedef enum { SRV_QUEUED, SRV_RUNNING, SRV_DONE } srv_state;
 
 /* UTF-8 completion of one channel's stream of bytes (a character split across tokens is sent whole). */
@@ -76,6 +77,8 @@ typedef struct srv_job {
     long long created;
     char *model;                   /* the name the response carries */
     void *tag;                     /* the caller's (k3run batch: the request's line) */
+    const struct srv_api_ops *api; /* the API whose shape the answer takes (never NULL) */
+    void *api_state;               /* that API's own (api->free_state frees it) */
     /* shared, under srv.mu */
     srv_state state;
     int refs;                      /* the connection's thread and (once queued) the generation thread */
@@ -86,11 +89,14 @@ typedef struct srv_job {
     int status;                    /* HTTP status of the body (non-stream) */
     /* the generation thread's own */
     srv_utf8 u8[2];                /* reasoning, content */
-    int n_calls, role_sent;
+    int n_calls;
 } srv_job;
 
+#define SRV_N_ENDPOINTS 9
+extern const char *const srv_endpoint_names[SRV_N_ENDPOINTS];   /* chat_completions, completions, models, health,
+                                                                   metrics, page, messages, count_tokens, responses */
 typedef struct srv_metrics {
-    uint64_t requests[6];          /* chat, completion, models, health, metrics, page */
+    uint64_t requests[SRV_N_ENDPOINTS];   /* by endpoint: srv_endpoint_names */
     uint64_t errors[600];          /* by HTTP status */
     uint64_t prompt_tokens, cached_tokens, completion_tokens;
     double gen_seconds;            /* generating (to compute tokens per second) */
@@ -188,6 +194,60 @@ enum {
     {SRV_OPT_VERIFY, 0, "verify", NULL, NULL, NULL, "run k3verify's full check of the pack before loading it"}, \
     {SRV_OPT_NAME, 0, "name", "NAME", "the pack's directory name", NULL, "the model's name in the answers"}
 
+/* A job being run: the choice being generated (serve_api.c). */
+typedef struct run_ctx {
+    srv *s;
+    srv_job *j;
+    int index;                     /* the choice being generated */
+    json_t *acc;                   /* the API's own: what the answer gathers (OpenAI: the choices) */
+} run_ctx;
+
+/*
+ * One API's shape of requests and answers. The OpenAI API is serve_api.c's (srv_api_openai);
+ * /v1/messages (Anthropic) is serve_messages.c's, /v1/responses (OpenAI Responses)
+ * serve_responses.c's. Each of those turns its request into the chat-completions request K3's
+ * renderer reads (to_chat), so there is one renderer and one parser underneath, and the
+ * generation's events into its own answer. Output goes through srv_put / srv_put_json /
+ * srv_put_event; everything runs on the slot's thread, in order: begin, then per choice (one
+ * unless n > 1) start, text and call events (streams only) and choice, then end; or fail
+ * instead of what is left.
+ */
+typedef struct srv_api_ops {
+    const char *name;              /* "openai", "messages", "responses" */
+    /* The request body into a chat-completions body (*chat malloc'd, *chat_len bytes) and the API's
+       state (*state, may stay NULL); else an HTTP status and msg[cap]. NULL: the body is one already. */
+    int (*to_chat)(srv *s, const char *body, size_t len, char **chat, size_t *chat_len, void **state, char *msg,
+                   size_t cap);
+    void (*begin)(run_ctx *r);                                 /* before the first choice (streams' opening events) */
+    void (*start)(run_ctx *r);                                 /* a choice begins (r->index) */
+    void (*text)(run_ctx *r, int channel, const char *t);      /* stream: whole UTF-8 text of reasoning (0) or content (1) */
+    void (*call)(run_ctx *r, int i, const char *name, const char *arguments);   /* stream: tool call i, complete */
+    /* a choice ended: its stats (finish, stop_index) and, for chat, the assistant message as JSON text */
+    void (*choice)(run_ctx *r, const k3_chat_stats *st, const char *message, const char *text, size_t text_len);
+    /* the answer is complete: the body (j->status set), or the stream's last events; all: the request's figures,
+       k3: k3's own figures (stolen) */
+    void (*end)(run_ctx *r, const k3_chat_stats *all, json_t *k3);
+    void (*fail)(run_ctx *r, int status, const char *msg);    /* the answer failed after it was accepted */
+    char *(*error_json)(int status, const char *msg);          /* an error body in this API's shape (malloc'd) */
+    void (*free_state)(void *state);
+} srv_api_ops;
+
+extern const srv_api_ops srv_api_openai;
+extern const srv_api_ops srv_api_messages;    /* serve_messages.c */
+extern const srv_api_ops srv_api_responses;   /* serve_responses.c */
+
+/* POST /v1/messages/count_tokens (serve_messages.c): {"input_tokens": N} (malloc'd), or NULL with
+   *status and msg[cap] (a status of 0: out of memory). */
+char *srv_messages_count_tokens(srv *s, const char *body, size_t len, int *status, char *msg, size_t cap);
+
+/* Output of a job, for its connection to send (serve_api.c). */
+void srv_put(srv *s, srv_job *j, const char *text, int event);        /* event: as "data: TEXT" */
+void srv_put_json(srv *s, srv_job *j, json_t *doc);                   /* stolen; an event if j->stream */
+void srv_put_event(srv *s, srv_job *j, const char *name, json_t *doc);   /* "event: NAME" + data (stolen) */
+/* Whole UTF-8 characters of a channel's bytes (NULL: none complete yet); flush sends what is held. */
+char *srv_utf8_take(srv_utf8 *u, const uint8_t *b, size_t n, int flush);
+json_t *srv_usage_json(const k3_chat_stats *st);                      /* OpenAI's usage object */
+
 /* serve_slots.c */
 /* The SRV_GEN_OPTS of a: the pack, slots, load options, the requests' defaults; then the pack and its
    tokenizer checked. An exit code, 0 on success. */
@@ -213,6 +273,9 @@ void srv_http_stop(srv *s);
 /* Check a chat (kind SRV_CHAT) or completion request body; *job on success, else an error
    status and message (msg[cap]). */
 int srv_api_parse(srv *s, srv_kind kind, const char *body, size_t len, srv_job **job, char *msg, size_t cap);
+/* The same for a request of another API (api->to_chat turns it into a chat request first). */
+int srv_api_parse_as(srv *s, const srv_api_ops *api, const char *body, size_t len, srv_job **job, char *msg,
+                     size_t cap);
 /* Run a job to its end in a slot (the output lands in job->out). */
 void srv_api_run(srv *s, srv_slot *sl, srv_job *j);
 /* An OpenAI-shaped error body: {"error": {"message", "type", "code"}} (malloc'd). */

@@ -1,6 +1,7 @@
 """The demo model's data: the King James Bible from Debian's bible-kjv-text package.
 
-    kjv_data.py --out DIR        writes DIR/kjv-train.txt, DIR/kjv-heldout.txt, DIR/chat-train.jsonl
+    kjv_data.py --out DIR [--chats N] [--tool-chats N]
+        writes DIR/kjv-train.txt, DIR/kjv-heldout.txt, DIR/chat-train.jsonl, DIR/tool-train.jsonl
 
 The text is read with the package's own reader (`bible`, package bible-kjv) from
 /usr/lib/bible.data, whose SHA-256 is checked, so every machine trains on the same bytes.
@@ -25,6 +26,9 @@ import os
 import random
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kjv_tools  # noqa: E402
 
 BIBLE_DATA = "/usr/lib/bible.data"
 BIBLE_DATA_SHA256 = "6c746c2acc8a34bfded980883ff1701a5d68934a1c853ebf88a07b978fe0ae0e"   # bible-kjv-text 4.38
@@ -140,6 +144,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--chats", type=int, default=24000)
+    ap.add_argument("--tool-chats", type=int, default=0)
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args(argv)
     os.makedirs(a.out, exist_ok=True)
@@ -152,8 +157,13 @@ def main(argv=None):
     with open(os.path.join(a.out, "chat-train.jsonl"), "w", encoding="utf-8", newline="\n") as f:
         for cv in conversations(tr, a.chats, a.seed):
             f.write(json.dumps(cv, ensure_ascii=False) + "\n")
-    print("kjv_data: %d training verses, %d held-out verses (%s), %d conversations -> %s"
-          % (len(tr), len(ho), ", ".join(HELDOUT_BOOKS), a.chats, a.out), file=sys.stderr)
+    # the tool conversations (kjv_tools.py) have their own file and their own random stream, so
+    # the chat file, and with it the tokenizer trained on it, are what they were without them
+    with open(os.path.join(a.out, "tool-train.jsonl"), "w", encoding="utf-8", newline="\n") as f:
+        for cv in kjv_tools.tool_conversations(tr, a.tool_chats, a.seed + 1000):
+            f.write(json.dumps(cv, ensure_ascii=False) + "\n")
+    print("kjv_data: %d training verses, %d held-out verses (%s), %d conversations, %d with the tool -> %s"
+          % (len(tr), len(ho), ", ".join(HELDOUT_BOOKS), a.chats, a.tool_chats, a.out), file=sys.stderr)
     return 0
 
 

@@ -43,6 +43,7 @@ import chat_render  # noqa: E402
 import export  # noqa: E402
 import k3torch  # noqa: E402
 import kimi_tokenizer as kt  # noqa: E402
+import xtml  # noqa: E402
 
 
 def log(state_dir, msg):
@@ -52,39 +53,66 @@ def log(state_dir, msg):
 
 
 def documents(data_dir, tok, cache):
-    """[np.int32 array] of every training document's ids (chapters, then conversations)."""
+    """([np.int32 array] of every training document's ids, number of chapters): the chapters
+    first, then the chat conversations, then the tool conversations (xtml.py renders them)."""
     if os.path.exists(cache):
         z = np.load(cache)
-        return np.split(z["ids"], z["cuts"])
+        return np.split(z["ids"], z["cuts"]), int(z["n_chapters"])
     docs = []
     with open(os.path.join(data_dir, "kjv-train.txt"), encoding="utf-8") as f:
         for ch in f.read().split("\n\n"):
             docs.append(np.array(tok.encode(ch.strip("\n") + "\n\n"), dtype=np.int32))
+    n_chapters = len(docs)
     with open(os.path.join(data_dir, "chat-train.jsonl"), encoding="utf-8") as f:
         for line in f:
             cv = json.loads(line)
             ids = chat_render.render(tok, cv["messages"], cv["thinking"], cv["effort"], add_generation_prompt=False)
             docs.append(np.array(ids, dtype=np.int32))
+    tools = os.path.join(data_dir, "tool-train.jsonl")
+    if os.path.exists(tools):
+        with open(tools, encoding="utf-8") as f:
+            for line in f:
+                docs.append(np.array(xtml.render(json.loads(line), tok)["ids"], dtype=np.int32))
     cuts = np.cumsum([len(d) for d in docs])[:-1]
-    np.savez(cache, ids=np.concatenate(docs), cuts=cuts)
-    return docs
+    np.savez(cache, ids=np.concatenate(docs), cuts=cuts, n_chapters=n_chapters)
+    return docs, n_chapters
 
 
 class Batches:
-    """Batch `step` is a pure function of (seed, step): epoch e shuffles the documents with
-    PCG64(seed, e), joins them, cuts windows of ctx+1 tokens, and shuffles the windows."""
+    """Batch `step` is a pure function of (seed, step). Epoch e draws PCG64(seed, e) and packs
+    windows of ctx+1 tokens: each window takes whole conversations (shuffled) while the next one
+    fits, and fills the rest from the stream of shuffled chapters; when the conversations are
+    used up, the rest of the chapters are cut into windows; the windows are then shuffled. So
+    every conversation is seen whole, its tool declaration and question with its answer (a
+    window cut anywhere would part a call from the declaration or a quote from the tool's
+    answer), and no token is dropped or repeated within an epoch."""
 
-    def __init__(self, docs, seed, batch, ctx):
-        self.docs, self.seed, self.batch, self.ctx = docs, seed, batch, ctx
+    def __init__(self, docs, n_chapters, seed, batch, ctx):
+        self.docs, self.n_chapters, self.seed, self.batch, self.ctx = docs, n_chapters, seed, batch, ctx
         self._epoch, self._wins = None, None
 
     def windows(self, epoch):
         if self._epoch != epoch:
             r = np.random.Generator(np.random.PCG64([self.seed, epoch]))
-            stream = np.concatenate([self.docs[i] for i in r.permutation(len(self.docs))])
-            n = (len(stream) - 1) // self.ctx
-            w = np.lib.stride_tricks.sliding_window_view(stream, self.ctx + 1)[::self.ctx][:n]
-            self._epoch, self._wins = epoch, w[r.permutation(n)]
+            w1 = self.ctx + 1
+            chap = np.concatenate([self.docs[i] for i in r.permutation(self.n_chapters)])
+            convs = [self.docs[self.n_chapters + i] for i in r.permutation(len(self.docs) - self.n_chapters)]
+            convs = [c[:w1] for c in convs]                       # a conversation longer than a window is cut
+            wins, at, j = [], 0, 0
+            while j < len(convs) and at + w1 <= len(chap):
+                parts, room = [], w1
+                while j < len(convs) and len(convs[j]) <= room:
+                    parts.append(convs[j])
+                    room -= len(convs[j])
+                    j += 1
+                parts.append(chap[at:at + room])
+                at += room
+                wins.append(np.concatenate(parts))
+            rest = np.concatenate([chap[at:]] + convs[j:])
+            n = (len(rest) - 1) // self.ctx
+            tail = np.lib.stride_tricks.sliding_window_view(rest, w1)[::self.ctx][:n]
+            w = np.concatenate([np.stack(wins), tail]) if wins else tail
+            self._epoch, self._wins = epoch, w[r.permutation(len(w))]
         return self._wins
 
     def per_epoch(self):
@@ -95,7 +123,6 @@ class Batches:
         w = self.windows(step // pe)
         i = (step % pe) * self.batch
         return torch.from_numpy(np.ascontiguousarray(w[i:i + self.batch]).astype(np.int64))
-
 
 def lr_at(step, a):
     if step < a.warmup:
@@ -164,8 +191,8 @@ def main(argv=None):
                sum(p.numel() for n, p in model.named_parameters() if n.endswith((".w1", ".w2", ".w3"))) / 1e6,
                (n_act + sum(p[0].numel() * model.c.k for n, p in model.named_parameters()
                             if n.endswith((".w1", ".w2", ".w3")))) / 1e6))
-    docs = documents(a.data, tok, os.path.join(a.state, "docs-%d.npz" % tok.n_ranks))
-    batches = Batches(docs, a.seed, a.batch, a.ctx)
+    docs, n_chapters = documents(a.data, tok, os.path.join(a.state, "docs-%d.npz" % tok.n_ranks))
+    batches = Batches(docs, n_chapters, a.seed, a.batch, a.ctx)
     if step == 0:
         log(a.state, "data: %d documents, %d tokens, %d batches of %dx%d per epoch; %d steps = %.2f epochs"
             % (len(docs), sum(len(d) for d in docs), batches.per_epoch(), a.batch, a.ctx, a.steps,
