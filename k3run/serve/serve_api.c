@@ -313,6 +313,7 @@ int srv_api_parse_as(srv *s, const srv_api_ops *api, const char *body, size_t le
     }
     (*out)->api = api;
     (*out)->api_state = state;
+    if (api->adjust) api->adjust(*out);
     return 0;
 }
 

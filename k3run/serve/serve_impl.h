@@ -218,6 +218,8 @@ typedef struct srv_api_ops {
        state (*state, may stay NULL); else an HTTP status and msg[cap]. NULL: the body is one already. */
     int (*to_chat)(srv *s, const char *body, size_t len, char **chat, size_t *chat_len, void **state, char *msg,
                    size_t cap);
+    void (*adjust)(srv_job *j);                                /* may be NULL: set what the chat request cannot say
+                                                                  (j->co.think_budget, ...) from j->api_state */
     void (*begin)(run_ctx *r);                                 /* before the first choice (streams' opening events) */
     void (*start)(run_ctx *r);                                 /* a choice begins (r->index) */
     void (*text)(run_ctx *r, int channel, const char *t);      /* stream: whole UTF-8 text of reasoning (0) or content (1) */
