@@ -14,6 +14,9 @@
 #include "k3_shard.h"
 
 #define K3_MANIFEST_NAME "manifest.json"
+/* The checkpoint's sampling defaults (Hugging Face's generation_config.json), carried into the
+   pack byte for byte and hashed like the tokenizer files; optional. */
+#define K3_GENCONFIG_NAME "generation_config.json"
 #define K3_MAX_RECORD_PARTS 8
 
 /*

@@ -183,7 +183,7 @@ int main(int argc, char **argv)
     int rc = K3_EXIT_OK;
     char *tok_data[PK_MAX_TOK] = {0};
     size_t tok_len[PK_MAX_TOK] = {0};
-    const char *tok_names[PK_MAX_TOK] = {"tiktoken.model", "tokenizer_config.json"};
+    const char *tok_names[PK_MAX_TOK] = {"tiktoken.model", "tokenizer_config.json", K3_GENCONFIG_NAME};
     char **skipped = NULL;
     size_t n_skipped = 0;
     k3_ckpt_match match;
@@ -293,7 +293,7 @@ int main(int argc, char **argv)
             names[n_tok] = tok_names[i];
             datas[n_tok] = tok_data[i];
             lens[n_tok++] = tok_len[i];
-        } else {
+        } else if (strcmp(tok_names[i], K3_GENCONFIG_NAME)) {     /* the sampling defaults are optional */
             k3_warn("no '%s' in the checkpoint: the pack will have no tokenizer", tok_names[i]);
         }
     if ((e = pk_finish_pack(&w, names, datas, lens, n_tok, skipped, n_skipped, &d))) {

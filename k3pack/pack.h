@@ -224,7 +224,7 @@ k3_err pk_check_interrupt(k3_diag *d);
 
 /* Archive input (pack_source_archive.c): one sequential pass over a tar,
    tar.gz or tar.zst (libarchive), from a file or stdin ("-"). */
-#define PK_MAX_TOK 2
+#define PK_MAX_TOK 3           /* side files: tiktoken.model, tokenizer_config.json, generation_config.json */
 typedef struct pk_archive {
     struct archive *a;
     const char *src;            /* for messages */

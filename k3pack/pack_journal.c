@@ -34,6 +34,7 @@ static int is_pack_file(const char *n)
     size_t l = strlen(n);
     return (l > 4 && !strcmp(n + l - 4, ".k3s") && (!strncmp(n, "trunk-", 6) || !strncmp(n, "experts-", 8))) ||
            !strcmp(n, K3_MANIFEST_NAME) || !strcmp(n, "tiktoken.model") || !strcmp(n, "tokenizer_config.json") ||
+           !strcmp(n, K3_GENCONFIG_NAME) ||
            !strcmp(n, PK_JOURNAL) || !strcmp(n, K3_CHECKPOINT_LINK) || !strcmp(n, PK_COPIED_NAME) ||
            k3_is_tmp_name(n);
 }

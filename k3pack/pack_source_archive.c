@@ -188,6 +188,7 @@ k3_err pk_archive_open(pk_archive *ar, const char *src, k3_diag *d)
     ar->src = src;
     ar->tok_names[0] = "tiktoken.model";
     ar->tok_names[1] = "tokenizer_config.json";
+    ar->tok_names[2] = K3_GENCONFIG_NAME;
     k3_err e = open_archive(ar, d);
     if (e) return e;
     if (strcmp(src, "-")) {

@@ -47,11 +47,15 @@ static const k3_opt opts[] = {
     {OPT_BUDGET, 'B', "budget", "SIZE", "what the machine allows", "K3_BUDGET", "memory to use (8G, 512M, ...)"},
     {OPT_PRESET, 0, "preset", "NAME", NULL, NULL, "a named budget: laptop (8G), workstation (128G), server (224G)"},
     {OPT_THREADS, 't', "threads", "N", "all CPUs", "K3_THREADS", "compute threads"},
-    {OPT_TEMP, 0, "temp", "T", "0 (greedy)", NULL, "sampling temperature; 0 picks the most likely token"},
-    {OPT_TOPK, 0, "top-k", "K", "0 (off)", NULL, "sample among the K most likely tokens"},
-    {OPT_TOPP, 0, "top-p", "P", "1 (off)", NULL, "sample among the smallest set with mass >= P"},
-    {OPT_MINP, 0, "min-p", "P", "0 (off)", NULL, "drop tokens less likely than P times the most likely"},
-    {OPT_REPEAT, 0, "repeat-penalty", "R", "1 (off)", NULL, "penalise tokens already in the context"},
+    {OPT_TEMP, 0, "temp", "T", "the pack's generation_config.json, else 1.0", NULL,
+     "sampling temperature; 0 picks the most likely token (greedy)"},
+    {OPT_TOPK, 0, "top-k", "K", "generation_config.json, else 0 (off)", NULL, "sample among the K most likely tokens"},
+    {OPT_TOPP, 0, "top-p", "P", "generation_config.json, else 0.95", NULL,
+     "sample among the smallest set with mass >= P (1: off)"},
+    {OPT_MINP, 0, "min-p", "P", "generation_config.json, else 0 (off)", NULL,
+     "drop tokens less likely than P times the most likely"},
+    {OPT_REPEAT, 0, "repeat-penalty", "R", "generation_config.json, else 1 (off)", NULL,
+     "penalise tokens already in the context"},
     {OPT_SEED, 's', "seed", "S", "0", NULL, "seed of the sampler's PRNG: same seed, same text"},
     {OPT_SAVE, 0, "save-session", "FILE", NULL, NULL, "after the answer(s), save the conversation and the state"},
     {OPT_LOAD, 0, "load-session", "FILE", NULL, NULL, "start from a saved session (its conversation and state)"},
@@ -172,6 +176,9 @@ static int k3_chat_configure(chat_app *app, const k3_args *a)
     }
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     uint32_t threads, topk, draft;
+    k3_sampler_opts gd;                              /* the defaults: the pack's, else Moonshot's */
+    const char *gd_from;
+    if ((rc = k3_cli_gen_defaults(app->pack, &gd, &gd_from))) return rc;
     if ((rc = k3_cli_u32(a, OPT_N, 1024, 1, 1u << 30, "n-predict", &app->co.n_predict)) ||
         (rc = k3_cli_u32(a, OPT_THINK_BUDGET, 0, 0, 1u << 30, "think-budget", &app->co.think_budget)) ||
         (rc = k3_cli_u32(a, OPT_THREADS, ncpu > 0 ? (uint64_t)ncpu : 1, 1, 1024, "threads", &threads)) ||
@@ -179,11 +186,11 @@ static int k3_chat_configure(chat_app *app, const k3_args *a)
         (rc = k3_cli_batch(a, OPT_BATCH, &app->lo.batch)) ||
         (rc = k3_cli_u32(a, OPT_SNAPSHOTS, 2, 0, 64, "snapshots", &app->lo.snapshots)) ||
         (rc = k3_cli_u32(a, OPT_DRAFT, K3_DRAFT_DEFAULT, 0, K3_DRAFT_MAX, "draft", &draft)) ||
-        (rc = k3_cli_u32(a, OPT_TOPK, 0, 0, UINT32_MAX, "top-k", &topk)) ||
-        (rc = k3_cli_float(a, OPT_TEMP, 0.0f, "temp", &app->so.temp)) ||
-        (rc = k3_cli_float(a, OPT_TOPP, 1.0f, "top-p", &app->so.top_p)) ||
-        (rc = k3_cli_float(a, OPT_MINP, 0.0f, "min-p", &app->so.min_p)) ||
-        (rc = k3_cli_float(a, OPT_REPEAT, 1.0f, "repeat-penalty", &app->so.repeat_penalty)) ||
+        (rc = k3_cli_u32(a, OPT_TOPK, gd.top_k, 0, UINT32_MAX, "top-k", &topk)) ||
+        (rc = k3_cli_float(a, OPT_TEMP, gd.temp, "temp", &app->so.temp)) ||
+        (rc = k3_cli_float(a, OPT_TOPP, gd.top_p, "top-p", &app->so.top_p)) ||
+        (rc = k3_cli_float(a, OPT_MINP, gd.min_p, "min-p", &app->so.min_p)) ||
+        (rc = k3_cli_float(a, OPT_REPEAT, gd.repeat_penalty, "repeat-penalty", &app->so.repeat_penalty)) ||
         (rc = k3_cli_budget(a, OPT_BUDGET, OPT_PRESET, &app->lo.budget)))
         return rc;
     app->so.top_k = topk;

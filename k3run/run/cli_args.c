@@ -10,8 +10,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "engine.h"
 #include "k3_file.h"
+#include "k3_hash.h"
+#include "k3_log.h"
+#include "k3_manifest.h"
+#include "sampler.h"
 
 int k3_cli_u32(const k3_args *a, int id, uint64_t def, uint64_t lo, uint64_t hi, const char *name, uint32_t *out)
 {
@@ -82,4 +88,111 @@ int k3_cli_has_tokenizer(const char *pack, char *path, size_t cap)
     k3_diag d;
     if (k3_path_join(path, cap, pack, "tiktoken.model", &d)) return 1;   /* the load names the problem */
     return access(path, F_OK) == 0 || errno != ENOENT;
+}
+
+/* One number of generation_config.json into *out: absent leaves it; else in [lo, hi] or an error. */
+static int gen_number(json_t *doc, const char *path, const char *key, double lo, double hi, double *out)
+{
+    json_t *v = json_object_get(doc, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_number(v)) {
+        k3_error("'%s': \"%s\" is not a number", path, key);
+        return K3_EXIT_DATA;
+    }
+    double x = json_number_value(v);
+    if (!(x >= lo && x <= hi)) {
+        k3_error("'%s': \"%s\" is %g: give a number in [%g, %g]", path, key, x, lo, hi);
+        return K3_EXIT_DATA;
+    }
+    *out = x;
+    return 0;
+}
+
+/* The pack's generation_config.json, checked against its size and XXH3-128 in the manifest (as
+   k3verify checks it): *text NULL when the pack has none. An exit status, else 0. */
+static int read_gen_config(const char *pack, char *path, size_t cap, char **text, size_t *len)
+{
+    k3_diag d;
+    k3_manifest m;
+    *text = NULL;
+    if (k3_path_join(path, cap, pack, K3_GENCONFIG_NAME, &d)) return 0;   /* the load names the pack */
+    k3_err e = k3_read_file(path, 1u << 20, text, len, &d);
+    if (e && e != K3_ERR_NOT_FOUND) { k3_error("%s", d.msg); return k3_exit_code(e); }
+    if (k3_manifest_load(pack, &m, &d)) return 0;          /* no pack here: the load says why */
+    const k3_mf_file *f = NULL;
+    for (uint32_t i = 0; i < m.n_files; i++)
+        if (!strcmp(m.files[i].name, K3_GENCONFIG_NAME)) f = &m.files[i];
+    int rc = 0;
+    if (f && !*text) {
+        k3_error("'%s' is missing: the pack's manifest lists it (k3verify '%s' names what else is damaged)", path, pack);
+        rc = K3_EXIT_DATA;
+    } else if (!f && *text) {
+        k3_error("'%s' is not part of the pack: its manifest does not list it (k3pack carries the checkpoint's "
+                 "generation_config.json; remove this one or pack again)", path);
+        rc = K3_EXIT_DATA;
+    } else if (f) {
+        k3_h128 h = k3_xxh3_128(*text, *len);
+        if (*len != f->size || h.lo != f->hash.lo || h.hi != f->hash.hi) {
+            k3_error("'%s' does not match its size and XXH3-128 in the pack's manifest: it is damaged", path);
+            rc = K3_EXIT_DATA;
+        }
+    }
+    k3_manifest_free(&m);
+    if (rc) { free(*text); *text = NULL; }
+    return rc;
+}
+
+int k3_cli_gen_defaults(const char *pack, k3_sampler_opts *so, const char **from)
+{
+    char path[4200];
+    char *text = NULL;
+    size_t len = 0;
+    memset(so, 0, sizeof *so);
+    so->temp = K3_CHAT_TEMP;
+    so->top_p = K3_CHAT_TOP_P;
+    so->repeat_penalty = 1.0f;
+    *from = "k3";
+    if (!pack) return 0;
+    int rc0 = read_gen_config(pack, path, sizeof path, &text, &len);
+    if (rc0 || !text) return rc0;
+    json_error_t je;
+    json_t *doc = json_loadb(text, len, 0, &je);
+    free(text);
+    if (!doc || !json_is_object(doc)) {
+        if (doc) k3_error("'%s' is not a JSON object", path);
+        else k3_error("'%s' is not valid JSON: %s (line %d, column %d)", path, je.text, je.line, je.column);
+        json_decref(doc);
+        return K3_EXIT_DATA;
+    }
+    json_t *ds = json_object_get(doc, "do_sample");
+    double temp = so->temp, top_p = so->top_p, top_k = 0, min_p = 0, rep = 1;
+    int rc = 0;
+    if (ds && !json_is_boolean(ds) && !json_is_null(ds)) {
+        k3_error("'%s': \"do_sample\" is not true or false", path);
+        rc = K3_EXIT_DATA;
+    }
+    if (!rc && json_object_get(doc, "temperature")) top_p = 1.0;   /* the file's own values, nothing of ours */
+    if (!rc && !json_object_get(doc, "temperature") && json_object_get(doc, "top_p")) temp = 1.0;
+    if (!rc && !(rc = gen_number(doc, path, "temperature", 0, 100, &temp)) &&
+        !(rc = gen_number(doc, path, "top_p", 1e-9, 1, &top_p)) &&
+        !(rc = gen_number(doc, path, "top_k", 0, 4294967295.0, &top_k)) &&
+        !(rc = gen_number(doc, path, "min_p", 0, 0.999999, &min_p)))
+        rc = gen_number(doc, path, "repetition_penalty", 1e-6, 100, &rep);
+    if (!rc && top_k != floor(top_k)) {
+        k3_error("'%s': \"top_k\" is %g: give a whole number", path, top_k);
+        rc = K3_EXIT_DATA;
+    }
+    if (!rc) {
+        so->temp = ds && json_is_false(ds) ? 0.0f : (float)temp;
+        so->top_p = (float)top_p;
+        so->top_k = (uint32_t)top_k;
+        so->min_p = (float)min_p;
+        so->repeat_penalty = (float)rep;
+        static const char *const keys[] = { "do_sample", "temperature", "top_p", "top_k", "min_p",
+                                            "repetition_penalty" };
+        for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+            if (json_object_get(doc, keys[i])) *from = K3_GENCONFIG_NAME;   /* else it says nothing of sampling */
+    }
+    json_decref(doc);
+    return rc;
 }

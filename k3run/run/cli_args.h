@@ -21,6 +21,21 @@ int k3_cli_float(const k3_args *a, int id, float def, const char *name, float *o
 int k3_cli_budget(const k3_args *a, int budget_id, int preset_id, uint64_t *out);
 /* -m names a directory that exists (else: the pack does not exist, exit 3). */
 k3_err k3_cli_check_pack(const char *pack, k3_diag *d);
+/*
+ * The sampling defaults of `k3run chat` and `k3run serve` (a request's or an option's own values
+ * win): the pack's generation_config.json (Hugging Face's convention) when it has one, else
+ * K3_CHAT_TEMP / K3_CHAT_TOP_P, what Moonshot runs its recent thinking models at. Of the file,
+ * temperature, top_p, top_k, min_p and repetition_penalty are read, the values it gives and nothing
+ * else (as vLLM reads it: transformers' own defaults such as top_k 50 are not added);
+ * "do_sample": false means greedy, as in transformers. *from: where they came from, for --help and
+ * the log ("generation_config.json", or "k3" when the pack has none or it gives no sampling field).
+ * A file that is not JSON, or a field of the wrong type or out of range, is an error naming the
+ * file and the field: the exit status (1), else 0.
+ */
+#define K3_CHAT_TEMP 1.0f
+#define K3_CHAT_TOP_P 0.95f
+struct k3_sampler_opts;
+int k3_cli_gen_defaults(const char *pack, struct k3_sampler_opts *so, const char **from);   /* pack NULL: k3's */
 /* Whether the pack has a tokenizer (its tiktoken.model exists); *path: where it would be. */
 int k3_cli_has_tokenizer(const char *pack, char *path, size_t cap);
 

@@ -169,6 +169,11 @@ int k3_serve_main(int argc, char **argv)
         fprintf(stderr, "k3run serve: %s on http://%s%s%s:%u/ (loaded in %.1f s; %u answered together, %u waiting "
                 "at most; SIGTERM or Ctrl-C stops)\n", s.model_name, strchr(s.host, ':') ? "[" : "", s.host,
                 strchr(s.host, ':') ? "]" : "", s.port, s.t_load, s.n_slots, s.queue_max);
+        if (k3_log_level() >= K3_LOG_NORMAL)
+            fprintf(stderr, "k3run serve: a request without its own sampling gets temperature %g, top-p %g, top-k %u "
+                    "(%s)\n", (double)s.so.temp, (double)s.so.top_p, s.so.top_k,
+                    strcmp(s.so_from, "k3") ? "the pack's generation_config.json or the options" :
+                    "k3's defaults or the options: the pack has no generation_config.json");
         fflush(stderr);
         serve(&s);
         if (have_sig) pthread_join(sig, NULL);

@@ -130,6 +130,7 @@ typedef struct srv {
     size_t max_body;
     k3_chat_opts co;               /* defaults of a request */
     k3_sampler_opts so;
+    const char *so_from;           /* where so's defaults came from: "generation_config.json" or "k3" */
     uint32_t threads;
     k3_load_opts lo;
     /* the model */
@@ -180,11 +181,13 @@ enum {
     {SRV_OPT_BUDGET, 'B', "budget", "SIZE", "what the machine allows", "K3_BUDGET", "memory to use (8G, 512M, ...)"}, \
     {SRV_OPT_PRESET, 0, "preset", "NAME", NULL, NULL, "a named budget: laptop (8G), workstation (128G), server (224G)"}, \
     {SRV_OPT_THREADS, 't', "threads", "N", "all CPUs", "K3_THREADS", "compute threads"}, \
-    {SRV_OPT_TEMP, 0, "temp", "T", "0 (greedy)", NULL, "temperature when a request gives none"}, \
-    {SRV_OPT_TOPK, 0, "top-k", "K", "0 (off)", NULL, "top_k when a request gives none"}, \
-    {SRV_OPT_TOPP, 0, "top-p", "P", "1 (off)", NULL, "top_p when a request gives none"}, \
-    {SRV_OPT_MINP, 0, "min-p", "P", "0 (off)", NULL, "min_p when a request gives none"}, \
-    {SRV_OPT_REPEAT, 0, "repeat-penalty", "R", "1 (off)", NULL, "repeat_penalty when a request gives none"}, \
+    {SRV_OPT_TEMP, 0, "temp", "T", "the pack's generation_config.json, else 1.0", NULL, \
+    "temperature when a request gives none (0: greedy)"}, \
+    {SRV_OPT_TOPK, 0, "top-k", "K", "generation_config.json, else 0 (off)", NULL, "top_k when a request gives none"}, \
+    {SRV_OPT_TOPP, 0, "top-p", "P", "generation_config.json, else 0.95", NULL, "top_p when a request gives none"}, \
+    {SRV_OPT_MINP, 0, "min-p", "P", "generation_config.json, else 0 (off)", NULL, "min_p when a request gives none"}, \
+    {SRV_OPT_REPEAT, 0, "repeat-penalty", "R", "generation_config.json, else 1 (off)", NULL, \
+    "repeat_penalty when a request gives none"}, \
     {SRV_OPT_SEED, 's', "seed", "S", "0", NULL, "seed when a request gives none: same request, same answer"}, \
     {SRV_OPT_SNAPSHOTS, 0, "snapshots", "N", "2", NULL, \
     "state snapshots kept, to serve a conversation that went back from the prompt cache"}, \
@@ -241,6 +244,10 @@ extern const srv_api_ops srv_api_responses;   /* serve_responses.c */
 /* POST /v1/messages/count_tokens (serve_messages.c): {"input_tokens": N} (malloc'd), or NULL with
    *status and msg[cap] (a status of 0: out of memory). */
 char *srv_messages_count_tokens(srv *s, const char *body, size_t len, int *status, char *msg, size_t cap);
+
+/* GET /v1/responses/{id} (del 0: the stored Response) and DELETE (del 1) (serve_responses.c): the body
+   (malloc'd), or NULL with *status and msg[cap]. */
+char *srv_responses_get(const char *id, int del, int *status, char *msg, size_t cap);
 
 /* Output of a job, for its connection to send (serve_api.c). */
 void srv_put(srv *s, srv_job *j, const char *text, int event);        /* event: as "data: TEXT" */

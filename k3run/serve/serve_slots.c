@@ -28,6 +28,10 @@ int srv_configure_gen(srv *s, const k3_args *a)
     if (!(s->pack = k3_opt_str(a, SRV_OPT_MODEL))) return k3_usage_error("no model: give the pack with -m PACK");
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     uint32_t topk, draft;
+    k3_sampler_opts gd;                              /* the defaults: the pack's, else Moonshot's */
+    const char *gd_from;
+    if ((rc = k3_cli_gen_defaults(s->pack, &gd, &gd_from))) return rc;
+    s->so_from = gd_from;
     if ((rc = k3_cli_u32(a, SRV_OPT_PARALLEL, 1, 1, K3_SERVE_SLOTS_MAX, "parallel", &s->n_slots)) ||
         (rc = k3_cli_u32(a, SRV_OPT_N, 1024, 1, 1u << 30, "n-predict", &s->co.n_predict)) ||
         (rc = k3_cli_u32(a, SRV_OPT_THINK_BUDGET, 0, 0, 1u << 30, "think-budget", &s->co.think_budget)) ||
@@ -36,11 +40,11 @@ int srv_configure_gen(srv *s, const k3_args *a)
         (rc = k3_cli_batch(a, SRV_OPT_BATCH, &s->lo.batch)) ||
         (rc = k3_cli_u32(a, SRV_OPT_SNAPSHOTS, 2, 0, 64, "snapshots", &s->lo.snapshots)) ||
         (rc = k3_cli_u32(a, SRV_OPT_DRAFT, K3_DRAFT_DEFAULT, 0, K3_DRAFT_MAX, "draft", &draft)) ||
-        (rc = k3_cli_u32(a, SRV_OPT_TOPK, 0, 0, UINT32_MAX, "top-k", &topk)) ||
-        (rc = k3_cli_float(a, SRV_OPT_TEMP, 0.0f, "temp", &s->so.temp)) ||
-        (rc = k3_cli_float(a, SRV_OPT_TOPP, 1.0f, "top-p", &s->so.top_p)) ||
-        (rc = k3_cli_float(a, SRV_OPT_MINP, 0.0f, "min-p", &s->so.min_p)) ||
-        (rc = k3_cli_float(a, SRV_OPT_REPEAT, 1.0f, "repeat-penalty", &s->so.repeat_penalty)) ||
+        (rc = k3_cli_u32(a, SRV_OPT_TOPK, gd.top_k, 0, UINT32_MAX, "top-k", &topk)) ||
+        (rc = k3_cli_float(a, SRV_OPT_TEMP, gd.temp, "temp", &s->so.temp)) ||
+        (rc = k3_cli_float(a, SRV_OPT_TOPP, gd.top_p, "top-p", &s->so.top_p)) ||
+        (rc = k3_cli_float(a, SRV_OPT_MINP, gd.min_p, "min-p", &s->so.min_p)) ||
+        (rc = k3_cli_float(a, SRV_OPT_REPEAT, gd.repeat_penalty, "repeat-penalty", &s->so.repeat_penalty)) ||
         (rc = k3_cli_budget(a, SRV_OPT_BUDGET, SRV_OPT_PRESET, &s->lo.budget)))
         return rc;
     s->lo.n_seq = s->n_slots;

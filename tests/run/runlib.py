@@ -46,10 +46,18 @@ KJV = os.path.join(SRC, "tests", "models", "k3-kjv")
 
 
 def kjv_pack(work):
-    """The trained demo model packed into WORK/k3-kjv.k3pack (again when it is missing or damaged)."""
+    """The trained demo model packed into WORK/k3-kjv.k3pack (again when it is missing, damaged, or
+    older than the checkpoint: a side file such as generation_config.json missing or different)."""
     os.makedirs(work, exist_ok=True)
     pack = os.path.join(work, "k3-kjv.k3pack")
-    if not os.path.exists(os.path.join(pack, "manifest.json")) or \
+    sides = ("tiktoken.model", "tokenizer_config.json", "generation_config.json")
+
+    def same(f):
+        a, b = os.path.join(KJV, f), os.path.join(pack, f)
+        if not os.path.exists(a):
+            return not os.path.exists(b)
+        return os.path.exists(b) and open(a, "rb").read() == open(b, "rb").read()
+    if not os.path.exists(os.path.join(pack, "manifest.json")) or not all(same(f) for f in sides) or \
             subprocess.run([os.path.join(BIN, "k3verify"), "-q", pack]).returncode:
         shutil.rmtree(pack, ignore_errors=True)
         run([os.path.join(BIN, "k3pack"), "-q", KJV, "-o", pack])

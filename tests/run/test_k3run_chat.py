@@ -26,6 +26,10 @@ N = ["-n", "120"]
 
 
 def chat(pack, args, stdin=None, check=True):
+    """k3run chat; greedy unless args say --temp (these tests are about the cache, sessions and
+    stops, where greedy answers can be compared across processes; sampling has its own tests)"""
+    if "--temp" not in args:
+        args = args + ["--temp", "0"]
     p = subprocess.run([os.path.join(BIN, "k3run"), "chat", "-m", pack] + args, input=stdin,
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     if check and p.returncode != 0:
@@ -173,7 +177,8 @@ class TestChat(unittest.TestCase):
 
     def session_file(self):
         s = os.path.join(self.work, "base.k3session")
-        if not os.path.exists(s):
+        if not getattr(self, "_session_made", False):   # made anew: a cached one may be of an older pack
+            type(self)._session_made = True
             self.one(["--think", "off", "-p", Q1, "--save-session", s] + N)
         with open(s, "rb") as f:
             return s, f.read()
@@ -272,6 +277,74 @@ class TestChat(unittest.TestCase):
                 self.assertEqual([d["message"] for d in docs(p)], ref)
         other = [d["message"] for d in self.two_turns(base[:-1] + ["8"])]
         self.assertNotEqual(other, ref)
+
+    def sampled(self, pack, args):
+        """k3run chat as a person runs it: no --temp (the sampling defaults apply)"""
+        p = subprocess.run([os.path.join(BIN, "k3run"), "chat", "-m", pack, "--json"] + args, capture_output=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return docs(p)[0]
+
+    def test_sampling_defaults(self):
+        """chat samples at the pack's generation_config.json (the demo's: temperature 1.0, top-p
+        0.95) when no option says otherwise, and then closes its answers (at least 9 of 10 seeds
+        end with <|end_of_msg|> within 256 tokens; greedy repeats itself to the cap); a pack
+        without one uses k3's defaults (the same values); "do_sample": false is greedy; the
+        options win; a damaged or foreign generation_config.json is refused by name"""
+        q = ["-p", "Recite Genesis 1:1.", "-n", "256"]
+        closed = 0
+        for seed in range(10):
+            d = self.sampled(self.pack, q + ["-s", str(seed)])
+            explicit = self.sampled(self.pack, q + ["-s", str(seed), "--temp", "1", "--top-p", "0.95"])
+            self.assertEqual(d["message"], explicit["message"])
+            closed += d["finish_reason"] == "stop"
+        print("defaults: %d of 10 seeds closed their answer within 256 tokens" % closed)
+        self.assertGreaterEqual(closed, 9)
+        greedy = self.sampled(self.pack, q + ["--temp", "0"])
+        # packs of the checkpoint without the file, and with do_sample false
+        import shutil
+        for name, gc in (("nogc", None), ("greedy", {"do_sample": False, "temperature": 0.7}),
+                         ("bad", {"temperature": "hot"})):
+            ck = os.path.join(self.work, "ckpt-" + name)
+            shutil.rmtree(ck, ignore_errors=True)
+            shutil.copytree(CKPT, ck)
+            os.remove(os.path.join(ck, "generation_config.json"))
+            if gc:
+                with open(os.path.join(ck, "generation_config.json"), "w") as f:
+                    json.dump(gc, f)
+            pk = os.path.join(self.work, name + ".k3pack")
+            shutil.rmtree(pk, ignore_errors=True)
+            run([os.path.join(BIN, "k3pack"), "-q", ck, "-o", pk])
+            if name == "bad":
+                p = subprocess.run([os.path.join(BIN, "k3run"), "chat", "-m", pk] + q, capture_output=True)
+                self.assertEqual(p.returncode, 1, p.stderr)
+                self.assertIn(b'"temperature" is not a number', p.stderr)
+                continue
+            with self.subTest(pack=name):
+                got = self.sampled(pk, q + ["-s", "3"])
+                want = greedy if gc else self.sampled(self.pack, q + ["-s", "3"])
+                self.assertEqual(got["message"], want["message"])
+                self.assertEqual(self.sampled(pk, q + ["-s", "3", "--temp", "0"])["message"], greedy["message"])
+        # damaged: a byte changed; foreign: a file the manifest does not list; bad: not a number
+        gcp = os.path.join(self.work, "greedy.k3pack", "generation_config.json")
+        good = open(gcp, "rb").read()
+        for what, data, words in (("damaged", good.replace(b"0.7", b"0.8"), [b"damaged", b"manifest"]),):
+            with open(gcp, "wb") as f:
+                f.write(data)
+            p = subprocess.run([os.path.join(BIN, "k3run"), "chat", "-m", os.path.dirname(gcp)] + q,
+                               capture_output=True)
+            self.assertEqual(p.returncode, 1, p.stderr)
+            for w in words + [gcp.encode()]:
+                self.assertIn(w, p.stderr)
+        os.remove(gcp)
+        p = subprocess.run([os.path.join(BIN, "k3run"), "chat", "-m", os.path.dirname(gcp)] + q, capture_output=True)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn(b"missing", p.stderr)
+        nogc = os.path.join(self.work, "nogc.k3pack", "generation_config.json")
+        with open(nogc, "w") as f:
+            f.write('{"temperature": "hot"}')
+        p = subprocess.run([os.path.join(BIN, "k3run"), "chat", "-m", os.path.dirname(nogc)] + q, capture_output=True)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn(b"not part of the pack", p.stderr)
 
     def test_refused_requests(self):
         """a request the official renderer refuses: exit 2 before any weight is read; bad JSON: exit 1"""

@@ -121,17 +121,20 @@ class ServeKjv(unittest.TestCase):
         self.assertEqual(a, b)
 
     def test_completion_equals_k3run(self):
-        """/v1/completions: the text of `k3run -p` (stopping at the end-of-message token), streamed too"""
+        """/v1/completions at temperature 0: the text of `k3run -p` (greedy; stopping at the
+        end-of-message token), streamed too (without a temperature the server samples at its
+        defaults, which k3run -p does not)"""
         prompt = "In the beginning God"
         p = subprocess.run([os.path.join(BIN, "k3run"), "-m", self.pack, "-p", prompt, "-n", "40", "-q"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
         self.assertEqual(p.returncode, 0, p.stderr)
-        st, _, body = self.srv.post("/v1/completions", {"prompt": prompt, "max_tokens": 40})
+        st, _, body = self.srv.post("/v1/completions", {"prompt": prompt, "max_tokens": 40, "temperature": 0})
         self.assertEqual(st, 200, body)
         d = json.loads(body)
         self.assertEqual(d["object"], "text_completion")
         self.assertEqual(d["choices"][0]["text"].encode(), p.stdout)
-        st, events, done = self.srv.stream("/v1/completions", {"prompt": [prompt], "max_tokens": 40})
+        st, events, done = self.srv.stream("/v1/completions", {"prompt": [prompt], "max_tokens": 40,
+                                                               "temperature": 0})
         self.assertTrue(done)
         self.assertEqual("".join(e["choices"][0]["text"] for e in events).encode(), p.stdout)
 

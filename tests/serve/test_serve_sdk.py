@@ -47,7 +47,8 @@ class TestSdk(unittest.TestCase):
                  "reasoning_effort": "none"}
         spec = {"chat": [greedy, sampled], "seeded": dict(sampled, temperature=1.3, seed=21), "tools": tools,
                 "turn1": turn1, "second_question": "What does John 3:16 say?",
-                "completion": {"model": "k3-kjv.k3pack", "prompt": "In the beginning God", "max_tokens": 30}}
+                "completion": {"model": "k3-kjv.k3pack", "prompt": "In the beginning God", "max_tokens": 30,
+                               "temperature": 0}}
         from test_serve import TOOL_ANSWER, TOOLS
         spec["tool_call"] = {"model": "k3-kjv.k3pack", "messages": msgs(("user", "Quote Genesis 1:1.")),
                              "tools": TOOLS, "reasoning_effort": "none", "max_tokens": 60}

@@ -74,6 +74,17 @@ def tensors_of(model):
     return out
 
 
+# The sampling the model card recommends (Hugging Face's generation_config.json; k3pack carries it
+# into the pack, and `k3run chat` and `serve` take their defaults from it): the values Moonshot runs
+# its recent thinking models at. Greedy decoding repeats itself on this small model.
+GENERATION_CONFIG = {"do_sample": True, "temperature": 1.0, "top_p": 0.95}
+
+
+def generation_config(tc):
+    return dict(GENERATION_CONFIG, bos_token_id=tc["bos_token_id"], eos_token_id=tc["eos_token_id"],
+                pad_token_id=tc["pad_token_id"])
+
+
 def export(model, tok_dir, out_dir):
     """Write the checkpoint. tok_dir holds tiktoken.model and tokenizer_config.json."""
     tc = model.c.raw
@@ -112,4 +123,5 @@ def export(model, tok_dir, out_dir):
     mc.write_json(os.path.join(out_dir, "model.safetensors.index.json"),
                   {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))})
     mc.write_json(os.path.join(out_dir, "config.json"), model_config(tc))
+    mc.write_json(os.path.join(out_dir, "generation_config.json"), generation_config(tc))
     return total

@@ -162,6 +162,8 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--save-every", type=int, default=20)
     ap.add_argument("--stop-after", type=int, default=0, help="stop after this many steps of this run (tests)")
+    ap.add_argument("--export-now", action="store_true",
+                    help="write the saved state's weights as a checkpoint to --out and stop (a look along the way)")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
     os.makedirs(a.state, exist_ok=True)
@@ -172,7 +174,7 @@ def main(argv=None):
     opt = make_optimizer(model, a)
     # what decides the weights (paths, threads and checkpointing do not)
     recipe = {k: v for k, v in vars(a).items()
-              if k not in ("data", "tok", "state", "out", "threads", "save_every", "stop_after")}
+              if k not in ("data", "tok", "state", "out", "threads", "save_every", "stop_after", "export_now")}
     state_path = os.path.join(a.state, "state.pt")
     step, elapsed = 0, 0.0
     if os.path.exists(state_path):
@@ -182,6 +184,10 @@ def main(argv=None):
         model.load_state_dict(st["model"])
         opt.load_state_dict(st["opt"])
         step, elapsed = st["step"], st["elapsed"]
+        if a.export_now:
+            total = export.export(model, a.tok, a.out)
+            print("train: step %d exported to %s (%d tensor bytes)" % (step, a.out, total), file=sys.stderr)
+            return 0
         log(a.state, "resumed at step %d (%.0f s trained)" % (step, elapsed))
     else:
         n_act = sum(p.numel() for n, p in model.named_parameters() if ".w1" not in n and ".w2" not in n
