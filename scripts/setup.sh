@@ -52,10 +52,18 @@ if [ -n "$missing$optional" ]; then
 fi
 mkdir -p "$root/build" && : > "$stamp"
 
-# the npm packages of tests/serve (package-lock.json pins them), from the npm registry
+# the npm packages of tests/serve (package-lock.json pins them), from the npm registry: again when
+# one of package.json's is missing or at another version (a package added since the last npm ci)
 serve="$root/tests/serve"
-if command -v npm >/dev/null 2>&1 && [ ! -e "$serve/node_modules/.package-lock.json" ]; then
-    echo "k3 setup: npm ci in tests/serve (openai, playwright-core)" >&2
+serve_deps_ok() {
+    [ -e "$serve/node_modules/.package-lock.json" ] && node -e '
+        const d = process.argv[1], deps = require(d + "/package.json").dependencies || {};
+        for (const [name, version] of Object.entries(deps))
+            if (require(d + "/node_modules/" + name + "/package.json").version !== version) process.exit(1);
+    ' "$serve" >/dev/null 2>&1
+}
+if command -v npm >/dev/null 2>&1 && ! serve_deps_ok; then
+    echo "k3 setup: npm ci in tests/serve (openai, @anthropic-ai/sdk, playwright-core)" >&2
     (cd "$serve" && npm ci --silent --no-audit --no-fund >/dev/null 2>&1) ||
         echo "k3 setup: npm ci failed: the serve.sdk and serve.page tests will be skipped" >&2
 fi

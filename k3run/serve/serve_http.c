@@ -46,6 +46,8 @@ typedef struct conn {
     size_t dropped;               /* body bytes read and dropped after the refusal */
     int fd;                       /* the client's socket (to see it leave) */
     int counted;                  /* holds one of srv.active until the request is done */
+    char resp_id[80];             /* GET or DELETE /v1/responses/{id}: the id ("" for the POST) */
+    int resp_del;
 } conn;
 
 static const struct { const char *path, *method; route r; } routes[] = {
@@ -320,6 +322,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             if (!strcmp(method, routes[i].method) || (!strcmp(method, "HEAD") && !strcmp(routes[i].method, "GET")))
                 k->r = routes[i].r;
         }
+        /* a stored response (serve_responses.c), counted as a request of /v1/responses */
+        if (k->r == R_NONE && !strncmp(url, "/v1/responses/", 14) && url[14] && !strchr(url + 14, '/') &&
+            strlen(url + 14) < sizeof k->resp_id) {
+            path_known = 1;
+            snprintf(allow, sizeof allow, "GET, DELETE");
+            if (!strcmp(method, "GET") || !strcmp(method, "HEAD") || !strcmp(method, "DELETE")) {
+                k->r = R_RESPONSES;
+                snprintf(k->resp_id, sizeof k->resp_id, "%s", url + 14);
+                k->resp_del = !strcmp(method, "DELETE");
+            }
+        }
         char m[600];
         if (k->r == R_NONE) {
             k->failed = 1;
@@ -392,8 +405,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     case R_CHAT:
     case R_COMPLETION:
     case R_MESSAGES:
-    case R_RESPONSES:
         return api_post(s, k, c);
+    case R_RESPONSES: {
+        if (!k->resp_id[0]) return api_post(s, k, c);
+        char msg[300] = "";
+        int st = 0;
+        char *doc = srv_responses_get(k->resp_id, k->resp_del, &st, msg, sizeof msg);
+        if (!doc) return send_error_api(s, c, &srv_api_responses, st ? st : 500, msg[0] ? msg : "out of memory",
+                                        NULL, NULL);
+        return send_json(c, 200, doc);
+    }
     case R_COUNT_TOKENS: {
         char msg[1200] = "";
         int st = 0;
