@@ -79,19 +79,30 @@ def documents(data_dir, tok, cache):
 
 
 class Batches:
-    """Batch `step` is a pure function of (seed, step). Epoch e draws PCG64(seed, e) and packs
-    windows of ctx+1 tokens: each window takes whole conversations (shuffled) while the next one
+    """Batch `step` is a pure function of (seed, step). Epoch e draws PCG64(seed, e).
+
+    pack "stream" (the shipped model's recipe): the documents shuffled and joined, cut into
+    windows of ctx+1 tokens every ctx, the windows shuffled.
+
+    pack "whole": windows of ctx+1 tokens: each window takes whole conversations (shuffled) while the next one
     fits, and fills the rest from the stream of shuffled chapters; when the conversations are
     used up, the rest of the chapters are cut into windows; the windows are then shuffled. So
     every conversation is seen whole, its tool declaration and question with its answer (a
     window cut anywhere would part a call from the declaration or a quote from the tool's
     answer), and no token is dropped or repeated within an epoch."""
 
-    def __init__(self, docs, n_chapters, seed, batch, ctx):
+    def __init__(self, docs, n_chapters, seed, batch, ctx, pack="stream"):
         self.docs, self.n_chapters, self.seed, self.batch, self.ctx = docs, n_chapters, seed, batch, ctx
+        self.pack = pack
         self._epoch, self._wins = None, None
 
     def windows(self, epoch):
+        if self._epoch != epoch and self.pack == "stream":
+            r = np.random.Generator(np.random.PCG64([self.seed, epoch]))
+            stream = np.concatenate([self.docs[i] for i in r.permutation(len(self.docs))])
+            n = (len(stream) - 1) // self.ctx
+            w = np.lib.stride_tricks.sliding_window_view(stream, self.ctx + 1)[::self.ctx][:n]
+            self._epoch, self._wins = epoch, w[r.permutation(n)]
         if self._epoch != epoch:
             r = np.random.Generator(np.random.PCG64([self.seed, epoch]))
             w1 = self.ctx + 1
@@ -159,6 +170,8 @@ def main(argv=None):
     ap.add_argument("--bias-rate", type=float, default=1e-3)
     ap.add_argument("--mxfp4-frac", type=float, default=0.2)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--pack", choices=("stream", "whole"), default="stream",
+                    help="windows cut from the joined documents (stream), or holding each conversation whole")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--save-every", type=int, default=20)
     ap.add_argument("--stop-after", type=int, default=0, help="stop after this many steps of this run (tests)")
@@ -175,6 +188,8 @@ def main(argv=None):
     # what decides the weights (paths, threads and checkpointing do not)
     recipe = {k: v for k, v in vars(a).items()
               if k not in ("data", "tok", "state", "out", "threads", "save_every", "stop_after", "export_now")}
+    if a.pack == "stream":
+        del recipe["pack"]                         # as the shipped model's state recorded it
     state_path = os.path.join(a.state, "state.pt")
     step, elapsed = 0, 0.0
     if os.path.exists(state_path):
@@ -198,7 +213,7 @@ def main(argv=None):
                (n_act + sum(p[0].numel() * model.c.k for n, p in model.named_parameters()
                             if n.endswith((".w1", ".w2", ".w3")))) / 1e6))
     docs, n_chapters = documents(a.data, tok, os.path.join(a.state, "docs-%d.npz" % tok.n_ranks))
-    batches = Batches(docs, n_chapters, a.seed, a.batch, a.ctx)
+    batches = Batches(docs, n_chapters, a.seed, a.batch, a.ctx, a.pack)
     if step == 0:
         log(a.state, "data: %d documents, %d tokens, %d batches of %dx%d per epoch; %d steps = %.2f epochs"
             % (len(docs), sum(len(d) for d in docs), batches.per_epoch(), a.batch, a.ctx, a.steps,
