@@ -184,7 +184,8 @@ class TestMpi(unittest.TestCase):
                 got = [None] * len(prompts)
 
                 def ask(i):
-                    st, _, body = srv.post("/v1/completions", {"prompt": prompts[i], "max_tokens": 40})
+                    st, _, body = srv.post("/v1/completions", {"prompt": prompts[i], "max_tokens": 40,
+                                                               "temperature": 0})
                     got[i] = (st, body)
                 ts = [threading.Thread(target=ask, args=(i,)) for i in range(len(prompts) if par != "1" else 1)]
                 for t in ts:
