@@ -56,7 +56,10 @@ def kjv_pack(work):
         a, b = os.path.join(KJV, f), os.path.join(pack, f)
         if not os.path.exists(a):
             return not os.path.exists(b)
-        return os.path.exists(b) and open(a, "rb").read() == open(b, "rb").read()
+        if not os.path.exists(b):
+            return False
+        with open(a, "rb") as fa, open(b, "rb") as fb:
+            return fa.read() == fb.read()
     if not os.path.exists(os.path.join(pack, "manifest.json")) or not all(same(f) for f in sides) or \
             subprocess.run([os.path.join(BIN, "k3verify"), "-q", pack]).returncode:
         shutil.rmtree(pack, ignore_errors=True)
