@@ -95,7 +95,7 @@ static int bad(chk *c, const char *fmt, ...)
     return 400;
 }
 
-static const char *type_name(const json_t *v)
+const char *srv_json_type(const json_t *v)
 {
     switch (json_typeof(v)) {
     case JSON_OBJECT: return "an object";
@@ -106,6 +106,12 @@ static const char *type_name(const json_t *v)
     case JSON_TRUE: case JSON_FALSE: return "a boolean";
     default: return "null";
     }
+}
+
+json_t *srv_json_member(const json_t *obj, const char *key)
+{
+    json_t *v = json_object_get(obj, key);
+    return v && !json_is_null(v) ? v : NULL;
 }
 
 /* The field, or NULL when absent or null. */
@@ -119,7 +125,7 @@ static int get_bool(chk *c, json_t *obj, const char *key, int *out)
 {
     json_t *v = json_object_get(obj, key);
     if (!v || json_is_null(v)) return 0;
-    if (!json_is_boolean(v)) return bad(c, "'%s' is %s: give true or false", key, type_name(v));
+    if (!json_is_boolean(v)) return bad(c, "'%s' is %s: give true or false", key, srv_json_type(v));
     *out = json_is_true(v);
     return 0;
 }
@@ -129,7 +135,7 @@ static int get_num(chk *c, const char *key, double lo, double hi, int open, floa
 {
     json_t *v = field(c, key);
     if (!v) return 0;
-    if (!json_is_number(v)) return bad(c, "'%s' is %s: give a number", key, type_name(v));
+    if (!json_is_number(v)) return bad(c, "'%s' is %s: give a number", key, srv_json_type(v));
     double x = json_number_value(v);
     if (!isfinite(x) || x < lo || x > hi || (open && x == lo))
         return bad(c, "'%s' is %g: give a number in %s%g, %g]", key, x, open ? "(" : "[", lo, hi);
@@ -141,7 +147,7 @@ static int get_int(chk *c, const char *key, long long lo, long long hi, long lon
 {
     json_t *v = field(c, key);
     if (!v) return 0;
-    if (!json_is_integer(v)) return bad(c, "'%s' is %s: give an integer", key, type_name(v));
+    if (!json_is_integer(v)) return bad(c, "'%s' is %s: give an integer", key, srv_json_type(v));
     long long x = json_integer_value(v);
     if (x < lo || x > hi) return bad(c, "'%s' is %lld: give an integer from %lld to %lld", key, x, lo, hi);
     *out = x;
@@ -155,13 +161,13 @@ static int get_stops(chk *c, srv_job *j)
     if (!v) return 0;
     size_t n = json_is_array(v) ? json_array_size(v) : 1;
     if (!json_is_string(v) && !json_is_array(v))
-        return bad(c, "'stop' is %s: give a string or an array of strings", type_name(v));
+        return bad(c, "'stop' is %s: give a string or an array of strings", srv_json_type(v));
     if (n > SRV_MAX_STOPS) return bad(c, "'stop' has %zu strings: at most %d", n, SRV_MAX_STOPS);
     j->stops = calloc(n + 1, sizeof *j->stops);
     if (!j->stops) return 500;
     for (size_t i = 0; i < n; i++) {
         json_t *e = json_is_array(v) ? json_array_get(v, i) : v;
-        if (!json_is_string(e)) return bad(c, "'stop'[%zu] is %s: give a string", i, type_name(e));
+        if (!json_is_string(e)) return bad(c, "'stop'[%zu] is %s: give a string", i, srv_json_type(e));
         if (!json_string_length(e)) return bad(c, "'stop'[%zu] is empty: a stop string needs a character", i);
         if (!(j->stops[j->co.n_stops++] = strdup(json_string_value(e)))) return 500;
     }
@@ -175,10 +181,10 @@ static int common_fields(srv *s, chk *c, srv_job *j)
     int rc;
     json_t *v;
     if ((v = field(c, "model")) && !json_is_string(v))
-        return bad(c, "'model' is %s: give the model's name (GET /v1/models)", type_name(v));
+        return bad(c, "'model' is %s: give the model's name (GET /v1/models)", srv_json_type(v));
     if ((rc = get_bool(c, c->r, "stream", &j->stream))) return rc;
     if ((v = field(c, "stream_options"))) {
-        if (!json_is_object(v)) return bad(c, "'stream_options' is %s: give an object", type_name(v));
+        if (!json_is_object(v)) return bad(c, "'stream_options' is %s: give an object", srv_json_type(v));
         if ((rc = get_bool(c, v, "include_usage", &j->include_usage))) return rc;
     }
     long long n = 1, mt = 0, seed = 0, top_k = 0;
@@ -235,14 +241,14 @@ int srv_api_parse(srv *s, srv_kind kind, const char *body, size_t len, srv_job *
     j->so = s->so;
     j->refs = 1;
     j->api = &srv_api_openai;
-    if (!json_is_object(c.r)) { rc = bad(&c, "the body is %s, not a JSON object", type_name(c.r)); goto out; }
+    if (!json_is_object(c.r)) { rc = bad(&c, "the body is %s, not a JSON object", srv_json_type(c.r)); goto out; }
     if ((rc = common_fields(s, &c, j))) goto out;
     k3_diag d;
     uint32_t ctx = k3_model_context(s->ld.m);
     if (kind == SRV_CHAT) {
         json_t *m = json_object_get(c.r, "messages");
         if (!m) { rc = bad(&c, "no 'messages': a chat request needs the conversation"); goto out; }
-        if (!json_is_array(m)) { rc = bad(&c, "'messages' is %s: give an array of messages", type_name(m)); goto out; }
+        if (!json_is_array(m)) { rc = bad(&c, "'messages' is %s: give an array of messages", srv_json_type(m)); goto out; }
         if (!json_array_size(m)) { rc = bad(&c, "'messages' is empty: give at least one message"); goto out; }
         k3_chat_prompt pr = {0};
         k3_err e = k3_chat_render(s->tok, body, len, "the request", &pr, &d);
@@ -267,7 +273,7 @@ int srv_api_parse(srv *s, srv_kind kind, const char *body, size_t len, srv_job *
         if (p && json_is_array(p) && json_array_size(p) == 1) p = json_array_get(p, 0);
         if (!p) { rc = bad(&c, "no 'prompt': a completion request needs the text to continue"); goto out; }
         if (!json_is_string(p)) {
-            rc = bad(&c, "'prompt' is %s: give a string (or an array of one string)", type_name(p));
+            rc = bad(&c, "'prompt' is %s: give a string (or an array of one string)", srv_json_type(p));
             goto out;
         }
         size_t n = 0, cp = 0;

@@ -256,6 +256,8 @@ void srv_put_event(srv *s, srv_job *j, const char *name, json_t *doc);   /* "eve
 /* Whole UTF-8 characters of a channel's bytes (NULL: none complete yet); flush sends what is held. */
 char *srv_utf8_take(srv_utf8 *u, const uint8_t *b, size_t n, int flush);
 json_t *srv_usage_json(const k3_chat_stats *st);                      /* OpenAI's usage object */
+const char *srv_json_type(const json_t *v);          /* "an object", "a string", ... for error messages */
+json_t *srv_json_member(const json_t *obj, const char *key);   /* obj[key], or NULL when absent or null */
 
 /* serve_slots.c */
 /* The SRV_GEN_OPTS of a: the pack, slots, load options, the requests' defaults; then the pack and its

@@ -93,25 +93,7 @@ static int nomem(mchk *c)
     return 500;
 }
 
-static const char *type_name(const json_t *v)
-{
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a number";
-    case JSON_TRUE: case JSON_FALSE: return "a boolean";
-    default: return "null";
-    }
-}
 
-/* The member, or NULL when absent or null. */
-static json_t *get(const json_t *obj, const char *key)
-{
-    json_t *v = json_object_get(obj, key);
-    return v && !json_is_null(v) ? v : NULL;
-}
 
 /* Python's json.dumps(v, separators=(",", ":"), ensure_ascii=False) of v into b: the form of k3's
    own arguments (compact, reals as repr), so a call sent back as a tool_use renders as the same
@@ -159,9 +141,9 @@ static const char *block_type(mchk *c, json_t *b, const char *where, size_t j, i
 {
     json_t *t = json_is_object(b) ? json_object_get(b, "type") : NULL;
     if (!json_is_object(b)) *rc = bad(c, "%s[%zu] is %s: a content block is an object with 'type'", where, j,
-                                     type_name(b));
+                                     srv_json_type(b));
     else if (!json_is_string(t)) *rc = bad(c, "%s[%zu] has %s 'type': give the block's type", where, j,
-                                           t ? type_name(t) : "no");
+                                           t ? srv_json_type(t) : "no");
     return *rc ? NULL : json_string_value(t);
 }
 
@@ -179,7 +161,7 @@ static int text_part(mchk *c, json_t *b, const char *where, size_t j, json_t *pa
 {
     json_t *t = json_object_get(b, "text");
     if (!json_is_string(t))
-        return bad(c, "%s[%zu].text is %s: a text block's text is a string", where, j, t ? type_name(t) : "missing");
+        return bad(c, "%s[%zu].text is %s: a text block's text is a string", where, j, t ? srv_json_type(t) : "missing");
     if (json_array_append_new(parts, json_pack("{s:s,s:O}", "type", "text", "text", t))) return nomem(c);
     return 0;
 }
@@ -190,7 +172,7 @@ static int text_content(mchk *c, json_t *v, const char *where, const char *turn,
     int rc = 0;
     if (json_is_string(v)) { *out = json_incref(v); return 0; }
     if (!json_is_array(v))
-        return bad(c, "%s is %s: give a string or a list of text blocks", where, v ? type_name(v) : "missing");
+        return bad(c, "%s is %s: give a string or a list of text blocks", where, v ? srv_json_type(v) : "missing");
     json_t *parts = *out = json_array();
     if (!parts) return nomem(c);
     size_t j;
@@ -214,7 +196,7 @@ static int user_turn(mchk *c, json_t *m, size_t i, json_t *out)
     if (json_is_string(ct))
         return json_array_append_new(out, json_pack("{s:s,s:O}", "role", "user", "content", ct)) ? nomem(c) : 0;
     if (!json_is_array(ct))
-        return bad(c, "%s is %s: give a string or a list of content blocks", where, ct ? type_name(ct) : "missing");
+        return bad(c, "%s is %s: give a string or a list of content blocks", where, ct ? srv_json_type(ct) : "missing");
     json_t *parts = json_array();
     if (!parts) return nomem(c);
     int rc = 0, texts = 0;
@@ -227,10 +209,10 @@ static int user_turn(mchk *c, json_t *m, size_t i, json_t *out)
             if ((rc = text_part(c, b, where, j, parts))) break;
             texts++;
         } else if (!strcmp(type, "tool_result")) {
-            json_t *id = json_object_get(b, "tool_use_id"), *rct = get(b, "content"), *body = NULL;
+            json_t *id = json_object_get(b, "tool_use_id"), *rct = srv_json_member(b, "content"), *body = NULL;
             if (!json_is_string(id)) {
                 rc = bad(c, "%s[%zu].tool_use_id is %s: give the id of the tool_use it answers", where, j,
-                         id ? type_name(id) : "missing");
+                         id ? srv_json_type(id) : "missing");
                 break;
             }
             snprintf(w2, sizeof w2, "%s[%zu].content", where, j);
@@ -260,7 +242,7 @@ static int assistant_turn(mchk *c, json_t *m, size_t i, json_t *out)
     if (json_is_string(ct))
         return json_array_append_new(out, json_pack("{s:s,s:O}", "role", "assistant", "content", ct)) ? nomem(c) : 0;
     if (!json_is_array(ct))
-        return bad(c, "%s is %s: give a string or a list of content blocks", where, ct ? type_name(ct) : "missing");
+        return bad(c, "%s is %s: give a string or a list of content blocks", where, ct ? srv_json_type(ct) : "missing");
     json_t *parts = json_array(), *calls = json_array();
     k3cj_buf think = {0};                   /* the thinking blocks' text, joined */
     int rc = 0, thought = 0;
@@ -276,7 +258,7 @@ static int assistant_turn(mchk *c, json_t *m, size_t i, json_t *out)
         } else if (!strcmp(type, "thinking")) {
             json_t *t = json_object_get(b, "thinking");
             if (!json_is_string(t))
-                rc = bad(c, "%s[%zu].thinking is %s: give the reasoning's text", where, j, t ? type_name(t) : "missing");
+                rc = bad(c, "%s[%zu].thinking is %s: give the reasoning's text", where, j, t ? srv_json_type(t) : "missing");
             else k3cj_buf_put(&think, json_string_value(t), json_string_length(t));
             thought = 1;
         } else if (!strcmp(type, "redacted_thinking")) {
@@ -289,7 +271,7 @@ static int assistant_turn(mchk *c, json_t *m, size_t i, json_t *out)
                 break;
             }
             if (!json_is_object(in)) {
-                rc = bad(c, "%s[%zu].input is %s: give the call's input object", where, j, in ? type_name(in) : "missing");
+                rc = bad(c, "%s[%zu].input is %s: give the call's input object", where, j, in ? srv_json_type(in) : "missing");
                 break;
             }
             k3cj_buf a = {0};               /* the arguments' text */
@@ -322,25 +304,25 @@ static int assistant_turn(mchk *c, json_t *m, size_t i, json_t *out)
 /* tools: {name, description, input_schema} into OpenAI's function tools. */
 static int tools_field(mchk *c, json_t *tools, json_t *req)
 {
-    if (!json_is_array(tools)) return bad(c, "'tools' is %s: give a list of tools", type_name(tools));
+    if (!json_is_array(tools)) return bad(c, "'tools' is %s: give a list of tools", srv_json_type(tools));
     json_t *out = json_array();
     if (!out) return nomem(c);
     size_t i;
     json_t *t;
     json_array_foreach(tools, i, t) {
-        json_t *type = json_is_object(t) ? get(t, "type") : NULL, *name = json_object_get(t, "name");
+        json_t *type = json_is_object(t) ? srv_json_member(t, "type") : NULL, *name = json_object_get(t, "name");
         json_t *desc = json_object_get(t, "description"), *schema = json_object_get(t, "input_schema");
         int rc = 0;
-        if (!json_is_object(t)) rc = bad(c, "tools[%zu] is %s: a tool is an object", i, type_name(t));
+        if (!json_is_object(t)) rc = bad(c, "tools[%zu] is %s: a tool is an object", i, srv_json_type(t));
         else if (type && (!json_is_string(type) || strcmp(json_string_value(type), "custom")))
             rc = bad(c, "tools[%zu] has type %s: k3 runs no server tools; declare a tool with name, description and "
                      "input_schema, and run it yourself", i, json_is_string(type) ? json_string_value(type) : "?");
         else if (!json_is_string(name)) rc = bad(c, "tools[%zu].name is %s: give the tool's name", i,
-                                                 name ? type_name(name) : "missing");
+                                                 name ? srv_json_type(name) : "missing");
         else if (desc && !json_is_null(desc) && !json_is_string(desc))
-            rc = bad(c, "tools[%zu].description is %s: give a string", i, type_name(desc));
+            rc = bad(c, "tools[%zu].description is %s: give a string", i, srv_json_type(desc));
         else if (!json_is_object(schema)) rc = bad(c, "tools[%zu].input_schema is %s: give the input's JSON schema", i,
-                                                   schema ? type_name(schema) : "missing");
+                                                   schema ? srv_json_type(schema) : "missing");
         json_t *fn = rc ? NULL : json_pack("{s:O}", "name", name);
         if (!rc && !fn) rc = nomem(c);
         if (!rc && desc && json_is_string(desc) && json_object_set(fn, "description", desc)) rc = nomem(c);
@@ -362,7 +344,7 @@ static int tool_choice_field(mchk *c, json_t *tc, json_t *req)
     json_t *type = json_is_object(tc) ? json_object_get(tc, "type") : NULL, *v;
     if (!json_is_string(type))
         return bad(c, "'tool_choice' is %s: give {\"type\": \"auto\" | \"any\" | \"tool\" | \"none\"}",
-                   json_is_object(tc) ? "an object without a string 'type'" : type_name(tc));
+                   json_is_object(tc) ? "an object without a string 'type'" : srv_json_type(tc));
     const char *t = json_string_value(type);
     if (!strcmp(t, "auto")) v = json_string("auto");
     else if (!strcmp(t, "any")) v = json_string("required");
@@ -385,16 +367,16 @@ static int thinking_field(mchk *c, json_t *th, json_t *req, msg_state *st)
     json_t *type = json_is_object(th) ? json_object_get(th, "type") : NULL;
     if (!json_is_string(type))
         return bad(c, "'thinking' is %s: give {\"type\": \"enabled\", \"budget_tokens\": N} or {\"type\": \"disabled\"}",
-                   json_is_object(th) ? "an object without a string 'type'" : type_name(th));
+                   json_is_object(th) ? "an object without a string 'type'" : srv_json_type(th));
     const char *t = json_string_value(type);
     if (!strcmp(t, "disabled")) return json_object_set_new(req, "reasoning_effort", json_string("none")) ? nomem(c) : 0;
     if (strcmp(t, "enabled") && strcmp(t, "adaptive") && strcmp(t, "between_tools"))
         return bad(c, "'thinking' has type \"%.40s\": give \"enabled\", \"adaptive\", \"between_tools\" or "
                    "\"disabled\"", t);
-    json_t *b = get(th, "budget_tokens");
+    json_t *b = srv_json_member(th, "budget_tokens");
     if (!strcmp(t, "enabled") && !b) return bad(c, "'thinking' of type \"enabled\" needs 'budget_tokens'");
     if (b && !json_is_integer(b))
-        return bad(c, "'thinking.budget_tokens' is %s: give an integer from 1 to %d", type_name(b), 1 << 30);
+        return bad(c, "'thinking.budget_tokens' is %s: give an integer from 1 to %d", srv_json_type(b), 1 << 30);
     if (b && (json_integer_value(b) < 1 || json_integer_value(b) > (1 << 30)))
         return bad(c, "'thinking.budget_tokens' is %" JSON_INTEGER_FORMAT ": give an integer from 1 to %d",
                    json_integer_value(b), 1 << 30);
@@ -404,13 +386,13 @@ static int thinking_field(mchk *c, json_t *th, json_t *req, msg_state *st)
 
 static int stops_field(mchk *c, json_t *v, json_t *req)
 {
-    if (!json_is_array(v)) return bad(c, "'stop_sequences' is %s: give a list of strings", type_name(v));
+    if (!json_is_array(v)) return bad(c, "'stop_sequences' is %s: give a list of strings", srv_json_type(v));
     if (json_array_size(v) > MSG_MAX_STOPS)
         return bad(c, "'stop_sequences' has %zu strings: at most %d", json_array_size(v), MSG_MAX_STOPS);
     size_t i;
     json_t *s;
     json_array_foreach(v, i, s) {
-        if (!json_is_string(s)) return bad(c, "'stop_sequences'[%zu] is %s: give a string", i, type_name(s));
+        if (!json_is_string(s)) return bad(c, "'stop_sequences'[%zu] is %s: give a string", i, srv_json_type(s));
         if (!json_string_length(s)) return bad(c, "'stop_sequences'[%zu] is empty: a stop sequence needs a character", i);
     }
     return json_array_size(v) && json_object_set(req, "stop", v) ? nomem(c) : 0;
@@ -424,16 +406,16 @@ static int translate(mchk *c, json_t *r, int need_max, json_t **out, msg_state *
     int rc = 0;
     if (!req || !msgs) { json_decref(msgs); return nomem(c); }
     if (json_object_set_new(req, "messages", msgs)) return nomem(c);
-    if ((v = get(r, "model")) && !json_is_string(v))
-        return bad(c, "'model' is %s: give the model's name (GET /v1/models)", type_name(v));
-    if (need_max && !get(r, "max_tokens"))
+    if ((v = srv_json_member(r, "model")) && !json_is_string(v))
+        return bad(c, "'model' is %s: give the model's name (GET /v1/models)", srv_json_type(v));
+    if (need_max && !srv_json_member(r, "max_tokens"))
         return bad(c, "no 'max_tokens': a Messages request gives the answer's tokens at most");
     /* the sampling fields, and k3's own (as chat completions takes them): checked there, by these names */
     static const char *const same[] = { "model", "max_tokens", "temperature", "top_p", "top_k", "stream", "seed",
                                         "min_p", "repeat_penalty", "repetition_penalty" };
     for (size_t i = 0; i < sizeof same / sizeof same[0]; i++)
-        if ((v = get(r, same[i])) && json_object_set(req, same[i], v)) return nomem(c);
-    if ((v = get(r, "system"))) {
+        if ((v = srv_json_member(r, same[i])) && json_object_set(req, same[i], v)) return nomem(c);
+    if ((v = srv_json_member(r, "system"))) {
         json_t *content = NULL;
         if ((rc = text_content(c, v, "'system'", "the system prompt", &content))) { json_decref(content); return rc; }
         if (json_is_string(content) ? json_string_length(content) > 0 : json_array_size(content) > 0) {
@@ -445,13 +427,13 @@ static int translate(mchk *c, json_t *r, int need_max, json_t **out, msg_state *
     }
     json_t *m = json_object_get(r, "messages");
     if (!m) return bad(c, "no 'messages': a Messages request needs the conversation");
-    if (!json_is_array(m)) return bad(c, "'messages' is %s: give a list of messages", type_name(m));
+    if (!json_is_array(m)) return bad(c, "'messages' is %s: give a list of messages", srv_json_type(m));
     if (!json_array_size(m)) return bad(c, "'messages' is empty: give at least one message");
     size_t i;
     json_t *x;
     json_array_foreach(m, i, x) {
         json_t *role = json_is_object(x) ? json_object_get(x, "role") : NULL;
-        if (!json_is_object(x)) return bad(c, "messages[%zu] is %s: a message is an object", i, type_name(x));
+        if (!json_is_object(x)) return bad(c, "messages[%zu] is %s: a message is an object", i, srv_json_type(x));
         if (json_is_string(role) && !strcmp(json_string_value(role), "user")) rc = user_turn(c, x, i, msgs);
         else if (json_is_string(role) && !strcmp(json_string_value(role), "system")) {
             char where[64];
@@ -469,15 +451,15 @@ static int translate(mchk *c, json_t *r, int need_max, json_t **out, msg_state *
         } else if (json_is_string(role))
             return bad(c, "messages[%zu] has role \"%.40s\": the roles are user, assistant and system", i,
                        json_string_value(role));
-        else return bad(c, "messages[%zu] has %s 'role': user, assistant or system", i, role ? type_name(role) : "no");
+        else return bad(c, "messages[%zu] has %s 'role': user, assistant or system", i, role ? srv_json_type(role) : "no");
         if (rc) return rc;
     }
-    if ((v = get(r, "tools")) && (rc = tools_field(c, v, req))) return rc;
-    if ((v = get(r, "tool_choice")) && (rc = tool_choice_field(c, v, req))) return rc;
-    if ((v = get(r, "thinking")) && (rc = thinking_field(c, v, req, st))) return rc;
-    if ((v = get(r, "stop_sequences")) && (rc = stops_field(c, v, req))) return rc;
-    if ((v = get(r, "metadata")) && !json_is_object(v))
-        return bad(c, "'metadata' is %s: give an object", type_name(v));
+    if ((v = srv_json_member(r, "tools")) && (rc = tools_field(c, v, req))) return rc;
+    if ((v = srv_json_member(r, "tool_choice")) && (rc = tool_choice_field(c, v, req))) return rc;
+    if ((v = srv_json_member(r, "thinking")) && (rc = thinking_field(c, v, req, st))) return rc;
+    if ((v = srv_json_member(r, "stop_sequences")) && (rc = stops_field(c, v, req))) return rc;
+    if ((v = srv_json_member(r, "metadata")) && !json_is_object(v))
+        return bad(c, "'metadata' is %s: give an object", srv_json_type(v));
     return 0;                               /* other fields are ignored, as chat completions does */
 }
 
@@ -491,7 +473,7 @@ static int load(const char *body, size_t len, int need_max, json_t **chat, msg_s
     json_t *r = json_loadb(body, len, JSON_ALLOW_NUL, &je);
     if (!r) return bad(&c, "the body is not valid JSON: %s (line %d, column %d)", je.text, je.line, je.column);
     int rc = json_is_object(r) ? translate(&c, r, need_max, chat, st)
-                               : bad(&c, "the body is %s, not a JSON object", type_name(r));
+                               : bad(&c, "the body is %s, not a JSON object", srv_json_type(r));
     json_decref(r);
     if (rc) { json_decref(*chat); *chat = NULL; }
     return rc;

@@ -179,32 +179,14 @@ static int bad(rq *q, int status, const char *fmt, ...)
     return status;
 }
 
-static const char *type_name(const json_t *v)
-{
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a number";
-    case JSON_TRUE: case JSON_FALSE: return "a boolean";
-    default: return "null";
-    }
-}
 
-/* obj[key], or NULL when absent or null. */
-static json_t *field(const json_t *obj, const char *key)
-{
-    json_t *v = json_object_get(obj, key);
-    return v && !json_is_null(v) ? v : NULL;
-}
 
 /* A non-empty string obj[key] (where names obj in a refusal), or NULL with a 400 in *rc. */
 static const char *need_str(rq *q, json_t *obj, const char *key, const char *where, int *rc)
 {
-    json_t *v = field(obj, key);
+    json_t *v = srv_json_member(obj, key);
     if (!v || !json_is_string(v) || !json_string_length(v)) {
-        *rc = bad(q, 400, "%s.%s is %s: give a non-empty string", where, key, v ? type_name(v) : "missing");
+        *rc = bad(q, 400, "%s.%s is %s: give a non-empty string", where, key, v ? srv_json_type(v) : "missing");
         return NULL;
     }
     return json_string_value(v);
@@ -231,7 +213,7 @@ static int content_of(rq *q, json_t *v, const char *where, json_t **out)
     *out = NULL;
     if (!v) { *out = json_null(); return 0; }
     if (json_is_string(v)) { *out = json_incref(v); return 0; }
-    if (!json_is_array(v)) return bad(q, 400, "%s is %s: give a string or a list of parts", where, type_name(v));
+    if (!json_is_array(v)) return bad(q, 400, "%s is %s: give a string or a list of parts", where, srv_json_type(v));
     json_t *parts = json_array();
     size_t i;
     json_t *p;
@@ -241,13 +223,13 @@ static int content_of(rq *q, json_t *v, const char *where, json_t **out)
         const char *key = type && !strcmp(type, "refusal") ? "refusal" : "text";
         json_t *text = json_object_get(p, key);
         int rc = !type ? bad(q, 400, "%s[%zu] is %s: a part is an object with a 'type' ('input_text')", where, i,
-                             json_is_object(p) ? "an object without 'type'" : type_name(p))
+                             json_is_object(p) ? "an object without 'type'" : srv_json_type(p))
                : media_part(type) ? bad(q, 400, "%s[%zu] is an '%s' part: k3 serves a text-only model; send text "
                                         "('input_text')", where, i, type)
                : !text_part(type) ? bad(q, 400, "%s[%zu] is an '%s' part: give 'input_text' (or 'output_text')",
                                         where, i, type)
                : !json_is_string(text) ? bad(q, 400, "%s[%zu].%s is %s: give a string", where, i, key,
-                                             text ? type_name(text) : "missing") : 0;
+                                             text ? srv_json_type(text) : "missing") : 0;
         if (rc) { json_decref(parts); return rc; }
         json_array_append_new(parts, json_pack("{s:s,s:O}", "type", "text", "text", text));
     }
@@ -298,10 +280,10 @@ static int one_item(rq *q, items_ctx *x, json_t *it, size_t i)
     char where[64];
     int rc = 0;
     snprintf(where, sizeof where, "input[%zu]", i);
-    if (!json_is_object(it)) return bad(q, 400, "%s is %s: give an item (an object)", where, type_name(it));
-    json_t *tv = field(it, "type");
-    if (tv && !json_is_string(tv)) return bad(q, 400, "%s.type is %s: give a string", where, type_name(tv));
-    const char *type = tv ? json_string_value(tv) : field(it, "role") ? "message" : NULL;
+    if (!json_is_object(it)) return bad(q, 400, "%s is %s: give an item (an object)", where, srv_json_type(it));
+    json_t *tv = srv_json_member(it, "type");
+    if (tv && !json_is_string(tv)) return bad(q, 400, "%s.type is %s: give a string", where, srv_json_type(tv));
+    const char *type = tv ? json_string_value(tv) : srv_json_member(it, "role") ? "message" : NULL;
     if (!type) return bad(q, 400, "%s has no 'type' and no 'role': give a message, function_call, "
                           "function_call_output or reasoning item", where);
     if (!strcmp(type, "message")) {
@@ -313,7 +295,7 @@ static int one_item(rq *q, items_ctx *x, json_t *it, size_t i)
         char w[80];
         snprintf(w, sizeof w, "%s.content", where);
         json_t *content;
-        if ((rc = content_of(q, field(it, "content"), w, &content))) return rc;
+        if ((rc = content_of(q, srv_json_member(it, "content"), w, &content))) return rc;
         if (assistant) {
             assistant_turn(x, content);
         } else {
@@ -327,9 +309,9 @@ static int one_item(rq *q, items_ctx *x, json_t *it, size_t i)
         if (!call_id) return rc;
         const char *name = need_str(q, it, "name", where, &rc);
         if (!name) return rc;
-        json_t *args = field(it, "arguments");
+        json_t *args = srv_json_member(it, "arguments");
         if (args && !json_is_string(args) && !json_is_object(args))
-            return bad(q, 400, "%s.arguments is %s: give the arguments as a JSON string", where, type_name(args));
+            return bad(q, 400, "%s.arguments is %s: give the arguments as a JSON string", where, srv_json_type(args));
         /* the calls after an assistant message (or its reasoning) are that turn's, as in a chat message */
         if (x->reasoning || !x->open) assistant_turn(x, json_null());
         json_t *m = json_array_get(x->conv, json_array_size(x->conv) - 1), *calls = json_object_get(m, "tool_calls");
@@ -344,7 +326,7 @@ static int one_item(rq *q, items_ctx *x, json_t *it, size_t i)
                        "first (a function_call item, or the response that made it as 'previous_response_id')",
                        where, call_id);
         lone_reasoning(x);
-        json_t *out = field(it, "output"), *content;
+        json_t *out = srv_json_member(it, "output"), *content;
         char w[80];
         snprintf(w, sizeof w, "%s.output", where);
         if (!out) return bad(q, 400, "%s.output is missing: give the tool's result as a string", where);
@@ -357,11 +339,11 @@ static int one_item(rq *q, items_ctx *x, json_t *it, size_t i)
         srv_buf b = {0};
         const char *keys[2] = {"content", "summary"};
         for (int k = 0; k < 2 && !b.n; k++) {
-            json_t *parts = field(it, keys[k]), *p;
+            json_t *parts = srv_json_member(it, keys[k]), *p;
             size_t j;
             if (parts && !json_is_array(parts)) {
                 free(b.p);
-                return bad(q, 400, "%s.%s is %s: give a list of parts", where, keys[k], type_name(parts));
+                return bad(q, 400, "%s.%s is %s: give a list of parts", where, keys[k], srv_json_type(parts));
             }
             json_array_foreach(parts, j, p) {
                 json_t *t = json_is_object(p) ? json_object_get(p, "text") : NULL;
@@ -392,7 +374,7 @@ static int input_items(rq *q, json_t *input)
         json_array_append_new(x.conv, json_pack("{s:s,s:O}", "role", "user", "content", input));
         return 0;
     }
-    if (!json_is_array(input)) return bad(q, 400, "'input' is %s: give a string or a list of items", type_name(input));
+    if (!json_is_array(input)) return bad(q, 400, "'input' is %s: give a string or a list of items", srv_json_type(input));
     size_t i;
     json_t *it;
     json_array_foreach(input, i, it) {
@@ -406,7 +388,7 @@ static int input_items(rq *q, json_t *input)
 /* tools: the flat function tools into the chat-completions wrapper; built-in tools refused. */
 static int tools_of(rq *q, json_t *tools)
 {
-    if (!json_is_array(tools)) return bad(q, 400, "'tools' is %s: give a list of function tools", type_name(tools));
+    if (!json_is_array(tools)) return bad(q, 400, "'tools' is %s: give a list of function tools", srv_json_type(tools));
     json_t *out = json_array(), *t;
     size_t i;
     json_array_foreach(tools, i, t) {
@@ -419,17 +401,17 @@ static int tools_of(rq *q, json_t *tools)
             return bad(q, 400, "'tools'[%zu] is a built-in tool ('%s'): k3 serves function tools only (the client "
                        "runs them); give {\"type\": \"function\", \"name\", \"parameters\"}", i, type);
         }
-        json_t *fn = json_object(), *w = field(t, "function");
-        json_t *src = w && json_is_object(w) && !field(t, "name") ? w : t;   /* the chat wrapper, taken too */
+        json_t *fn = json_object(), *w = srv_json_member(t, "function");
+        json_t *src = w && json_is_object(w) && !srv_json_member(t, "name") ? w : t;   /* the chat wrapper, taken too */
         const char *keys[4] = {"name", "description", "parameters", "strict"};
         for (int k = 0; k < 4; k++)
             if (json_object_get(src, keys[k])) json_object_set(fn, keys[k], json_object_get(src, keys[k]));
-        json_t *name = field(fn, "name");
+        json_t *name = srv_json_member(fn, "name");
         if (!name || !json_is_string(name) || !json_string_length(name)) {
             json_decref(fn);
             json_decref(out);
             return bad(q, 400, "'tools'[%zu].name is %s: give the function's name", i,
-                       name ? type_name(name) : "missing");
+                       name ? srv_json_type(name) : "missing");
         }
         json_array_append_new(out, json_pack("{s:s,s:o}", "type", "function", "function", fn));
     }
@@ -447,7 +429,7 @@ static int tool_choice_of(rq *q, json_t *v)
         json_object_set(q->c, "tool_choice", v);
         return 0;
     }
-    json_t *t = json_is_object(v) ? field(v, "type") : NULL, *name = json_is_object(v) ? field(v, "name") : NULL;
+    json_t *t = json_is_object(v) ? srv_json_member(v, "type") : NULL, *name = json_is_object(v) ? srv_json_member(v, "name") : NULL;
     if (!t || !json_is_string(t) || strcmp(json_string_value(t), "function") || !json_is_string(name))
         return bad(q, 400, "'tool_choice' is not supported as given: give auto, none, required or "
                    "{\"type\": \"function\", \"name\"} (k3 has function tools only)");
@@ -466,8 +448,8 @@ static int reasoning_of(rq *q, json_t *v)
         {"none", "none"}, {"minimal", "low"}, {"low", "low"}, {"medium", "high"}, {"high", "max"}, {"xhigh", "max"},
         {"max", "max"},
     };
-    if (!json_is_object(v)) return bad(q, 400, "'reasoning' is %s: give {\"effort\": ...}", type_name(v));
-    json_t *e = field(v, "effort");
+    if (!json_is_object(v)) return bad(q, 400, "'reasoning' is %s: give {\"effort\": ...}", srv_json_type(v));
+    json_t *e = srv_json_member(v, "effort");
     if (!e) return 0;
     for (size_t i = 0; json_is_string(e) && i < sizeof map / sizeof map[0]; i++)
         if (!strcmp(json_string_value(e), map[i][0])) {
@@ -475,7 +457,7 @@ static int reasoning_of(rq *q, json_t *v)
             return 0;
         }
     return bad(q, 400, "'reasoning.effort' is %s%s%s: give none (thinking off), minimal, low, medium or high",
-               json_is_string(e) ? "'" : type_name(e), json_is_string(e) ? json_string_value(e) : "",
+               json_is_string(e) ? "'" : srv_json_type(e), json_is_string(e) ? json_string_value(e) : "",
                json_is_string(e) ? "'" : "");
 }
 
@@ -483,8 +465,8 @@ static int reasoning_of(rq *q, json_t *v)
    adds its message for them). */
 static int text_of(rq *q, json_t *v)
 {
-    if (!json_is_object(v)) return bad(q, 400, "'text' is %s: give {\"format\": ...}", type_name(v));
-    json_t *f = field(v, "format"), *t = f && json_is_object(f) ? field(f, "type") : NULL;
+    if (!json_is_object(v)) return bad(q, 400, "'text' is %s: give {\"format\": ...}", srv_json_type(v));
+    json_t *f = srv_json_member(v, "format"), *t = f && json_is_object(f) ? srv_json_member(f, "type") : NULL;
     if (!f) return 0;
     const char *type = t && json_is_string(t) ? json_string_value(t) : "";
     if (!strcmp(type, "text")) return 0;
@@ -493,10 +475,10 @@ static int text_of(rq *q, json_t *v)
         return 0;
     }
     if (!strcmp(type, "json_schema")) {
-        json_t *schema = field(f, "schema");
+        json_t *schema = srv_json_member(f, "schema");
         if (!schema || !json_is_object(schema))
             return bad(q, 400, "'text.format.schema' is %s: give the JSON schema (an object)",
-                       schema ? type_name(schema) : "missing");
+                       schema ? srv_json_type(schema) : "missing");
         json_t *js = json_object();
         const char *keys[4] = {"name", "description", "schema", "strict"};
         for (int k = 0; k < 4; k++)
@@ -569,7 +551,7 @@ static int truncate_auto(rq *q)
 /* A field copied to the chat request as it is (srv_api_parse checks it under the same name). */
 static void pass(rq *q, const char *key)
 {
-    json_t *v = field(q->r, key);
+    json_t *v = srv_json_member(q->r, key);
     if (v) json_object_set(q->c, key, v);
 }
 
@@ -604,14 +586,14 @@ static int request(rq *q)
         {"prompt", "'prompt' (a stored prompt template) is not supported: send 'instructions' and 'input'"},
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
-        if ((v = field(r, refused[i][0])) && !json_is_false(v)) return bad(q, 400, "%s", refused[i][1]);
-    if ((v = field(r, "top_logprobs")) && !(json_is_integer(v) && json_integer_value(v) == 0))
+        if ((v = srv_json_member(r, refused[i][0])) && !json_is_false(v)) return bad(q, 400, "%s", refused[i][1]);
+    if ((v = srv_json_member(r, "top_logprobs")) && !(json_is_integer(v) && json_integer_value(v) == 0))
         return bad(q, 400, "'top_logprobs' is not supported");
     pass(q, "model");
     /* the conversation: a stored one continued, then the input */
-    json_t *input = field(r, "input"), *prev = field(r, "previous_response_id");
+    json_t *input = srv_json_member(r, "input"), *prev = srv_json_member(r, "previous_response_id");
     if (prev && !json_is_string(prev))
-        return bad(q, 400, "'previous_response_id' is %s: give a response's id", type_name(prev));
+        return bad(q, 400, "'previous_response_id' is %s: give a response's id", srv_json_type(prev));
     if (!input) return bad(q, 400, "no 'input': give the user's text, or a list of items");
     if (json_is_array(input) && !json_array_size(input) && !prev)
         return bad(q, 400, "'input' is empty: give at least one item");
@@ -624,21 +606,21 @@ static int request(rq *q)
         if (!q->st->conv) return bad(q, 500, "out of memory");
     }
     if ((rc = input_items(q, input))) return rc;
-    json_t *ins = field(r, "instructions"), *msgs;
-    if (ins && !json_is_string(ins)) return bad(q, 400, "'instructions' is %s: give a string", type_name(ins));
+    json_t *ins = srv_json_member(r, "instructions"), *msgs;
+    if (ins && !json_is_string(ins)) return bad(q, 400, "'instructions' is %s: give a string", srv_json_type(ins));
     msgs = json_array();
     if (ins) json_array_append_new(msgs, json_pack("{s:s,s:O}", "role", "system", "content", ins));
     json_array_extend(msgs, q->st->conv);
     json_object_set_new(q->c, "messages", msgs);
     /* tools, output and sampling */
-    if ((v = field(r, "tools")) && (rc = tools_of(q, v))) return rc;
-    if ((v = field(r, "tool_choice")) && (rc = tool_choice_of(q, v))) return rc;
-    if ((v = field(r, "reasoning")) && (rc = reasoning_of(q, v))) return rc;
-    if ((v = field(r, "text")) && (rc = text_of(q, v))) return rc;
-    if ((v = field(r, "max_output_tokens"))) {
+    if ((v = srv_json_member(r, "tools")) && (rc = tools_of(q, v))) return rc;
+    if ((v = srv_json_member(r, "tool_choice")) && (rc = tool_choice_of(q, v))) return rc;
+    if ((v = srv_json_member(r, "reasoning")) && (rc = reasoning_of(q, v))) return rc;
+    if ((v = srv_json_member(r, "text")) && (rc = text_of(q, v))) return rc;
+    if ((v = srv_json_member(r, "max_output_tokens"))) {
         if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > (1 << 30))
             return bad(q, 400, "'max_output_tokens' is %s: give an integer from 1 to %d",
-                       json_is_integer(v) ? "out of range" : type_name(v), 1 << 30);
+                       json_is_integer(v) ? "out of range" : srv_json_type(v), 1 << 30);
         json_object_set(q->c, "max_tokens", v);
     }
     static const char *const passed[] = {"temperature", "top_p", "stream", "seed", "top_k", "min_p", "repeat_penalty",
@@ -646,35 +628,35 @@ static int request(rq *q)
     for (size_t i = 0; i < sizeof passed / sizeof passed[0]; i++) pass(q, passed[i]);
     /* the Response's own settings */
     q->st->store = 1;
-    if ((v = field(r, "store"))) {
-        if (!json_is_boolean(v)) return bad(q, 400, "'store' is %s: give true or false", type_name(v));
+    if ((v = srv_json_member(r, "store"))) {
+        if (!json_is_boolean(v)) return bad(q, 400, "'store' is %s: give true or false", srv_json_type(v));
         q->st->store = json_is_true(v);
     }
-    json_t *meta = field(r, "metadata"), *ptc = field(r, "parallel_tool_calls"), *tr = field(r, "truncation");
-    json_t *user = field(r, "user");
-    if (meta && !json_is_object(meta)) return bad(q, 400, "'metadata' is %s: give an object", type_name(meta));
+    json_t *meta = srv_json_member(r, "metadata"), *ptc = srv_json_member(r, "parallel_tool_calls"), *tr = srv_json_member(r, "truncation");
+    json_t *user = srv_json_member(r, "user");
+    if (meta && !json_is_object(meta)) return bad(q, 400, "'metadata' is %s: give an object", srv_json_type(meta));
     if (ptc && !json_is_boolean(ptc))
-        return bad(q, 400, "'parallel_tool_calls' is %s: give true or false", type_name(ptc));
+        return bad(q, 400, "'parallel_tool_calls' is %s: give true or false", srv_json_type(ptc));
     const char *trs = json_string_value(tr);
     if (tr && (!trs || (strcmp(trs, "auto") && strcmp(trs, "disabled"))))
         return bad(q, 400, "'truncation' is not 'auto' or 'disabled'");
     if (trs && !strcmp(trs, "auto") && (rc = truncate_auto(q))) return rc;
     /* the settings the Response repeats: as given, else what the answer ran with */
-    json_t *reas = field(r, "reasoning"), *text = field(r, "text"), *fmt = text ? field(text, "format") : NULL;
+    json_t *reas = srv_json_member(r, "reasoning"), *text = srv_json_member(r, "text"), *fmt = text ? srv_json_member(text, "format") : NULL;
     struct { const char *key; json_t *given, *dflt; } echoes[] = {
         {"instructions", ins, json_null()},
-        {"max_output_tokens", field(r, "max_output_tokens"), json_null()},
+        {"max_output_tokens", srv_json_member(r, "max_output_tokens"), json_null()},
         {"parallel_tool_calls", ptc, json_true()},
         {"previous_response_id", prev, json_null()},
-        {"reasoning", NULL, json_pack("{s:O,s:O}", "effort", reas && field(reas, "effort") ? field(reas, "effort")
-                                      : json_null(), "summary", reas && field(reas, "summary") ? field(reas, "summary")
+        {"reasoning", NULL, json_pack("{s:O,s:O}", "effort", reas && srv_json_member(reas, "effort") ? srv_json_member(reas, "effort")
+                                      : json_null(), "summary", reas && srv_json_member(reas, "summary") ? srv_json_member(reas, "summary")
                                       : json_null())},
         {"store", NULL, json_boolean(q->st->store)},
-        {"temperature", field(r, "temperature"), float_json(q->s->so.temp)},
+        {"temperature", srv_json_member(r, "temperature"), float_json(q->s->so.temp)},
         {"text", NULL, json_pack("{s:o}", "format", fmt ? json_incref(fmt) : json_pack("{s:s}", "type", "text"))},
-        {"tool_choice", field(r, "tool_choice"), json_string("auto")},
-        {"tools", field(r, "tools"), json_array()},
-        {"top_p", field(r, "top_p"), float_json(q->s->so.top_p)},
+        {"tool_choice", srv_json_member(r, "tool_choice"), json_string("auto")},
+        {"tools", srv_json_member(r, "tools"), json_array()},
+        {"top_p", srv_json_member(r, "top_p"), float_json(q->s->so.top_p)},
         {"truncation", tr, json_string("disabled")},
         {"user", user, json_null()},
         {"metadata", meta, json_object()},
@@ -702,7 +684,7 @@ static int to_chat(srv *s, const char *body, size_t len, char **chat, size_t *ch
         rc = bad(&q, 500, "out of memory");
         goto out;
     }
-    if (!json_is_object(q.r)) { rc = bad(&q, 400, "the body is %s, not a JSON object", type_name(q.r)); goto out; }
+    if (!json_is_object(q.r)) { rc = bad(&q, 400, "the body is %s, not a JSON object", srv_json_type(q.r)); goto out; }
     if ((rc = request(&q))) goto out;
     new_suffix(st->sfx, sizeof st->sfx);
     snprintf(st->id, sizeof st->id, "resp_%s", st->sfx);
