@@ -673,7 +673,7 @@ char *srv_api_metrics_text(srv *s)
     char line[256];
     pthread_mutex_lock(&s->mu);
     srv_metrics m = s->mt;
-    unsigned queued = s->q_n, busy = s->running;
+    unsigned queued = s->q_n, busy = s->running, conns = s->n_socks;
     uint64_t slot_tokens[K3_SERVE_SLOTS_MAX];
     double slot_busy[K3_SERVE_SLOTS_MAX];
     int slot_job[K3_SERVE_SLOTS_MAX];
@@ -740,6 +740,13 @@ char *srv_api_metrics_text(srv *s)
     }
     LINE("# HELP k3_rejected_busy_total Requests refused because the queue was full.\n"
          "# TYPE k3_rejected_busy_total counter\nk3_rejected_busy_total %llu\n", (unsigned long long)m.rejected_busy);
+    LINE("# HELP k3_connections Open client connections.\n# TYPE k3_connections gauge\nk3_connections %u\n", conns);
+    LINE("# HELP k3_refused_connections_total Connections over --max-conns or --max-conns-per-ip (answered 503).\n"
+         "# TYPE k3_refused_connections_total counter\nk3_refused_connections_total %llu\n",
+         (unsigned long long)m.refused_conns);
+    LINE("# HELP k3_timed_out_connections_total Connections closed because their request had not arrived in time.\n"
+         "# TYPE k3_timed_out_connections_total counter\nk3_timed_out_connections_total %llu\n",
+         (unsigned long long)m.timed_out_conns);
 #undef LINE
     return b.p;
 }

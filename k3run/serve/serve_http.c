@@ -1,13 +1,17 @@
 /*
  * serve_http.c - the HTTP side of `k3run serve` (serve_impl.h), on libmicrohttpd:
- * one thread per connection, the body read under a size cap and a deadline,
- * the API key, routing, error responses, and the two ways a job's output
- * goes out (a whole body, or server-sent events as they are made).
+ * routing, the API key, the body read under a size cap and a deadline, error
+ * responses, and the two ways a job's output goes out (a whole body, or
+ * server-sent events as they are made).
  *
  * libmicrohttpd (Debian's libmicrohttpd-dev) because it is the small, well-kept
  * C HTTP/1.1 server library: chunked responses from a callback (the event
- * stream), a thread per connection (a slow client holds only its own thread),
- * connection limits and timeouts, and a clean quiesce and stop for SIGTERM.
+ * stream), suspending a connection while its answer is made, per-address
+ * connection limits, TLS through GnuTLS, and a clean quiesce and stop for
+ * SIGTERM. It runs in its epoll mode with a small pool of threads: a connection
+ * holds no thread while its client is slow or while it waits for its answer (it
+ * is suspended; serve_door.c resumes it), so clients that trickle bytes cannot
+ * take the workers that others need.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -26,8 +30,8 @@
 #include "k3_sys.h"
 #include "serve_impl.h"
 
-#define SRV_CONN_LIMIT 64
-#define SRV_WAIT_MS 100           /* how often a waiting connection looks at its client */
+#define SRV_POOL_THREADS 4        /* libmicrohttpd's event-loop threads (they never wait for a job) */
+#define SRV_CONN_SPARE 64         /* connections beyond --max-conns that still get their 503 */
 
 /* in the order of srv_endpoint_names (the metrics count requests by it) */
 typedef enum { R_CHAT, R_COMPLETION, R_MODELS, R_HEALTH, R_METRICS, R_PAGE, R_MESSAGES, R_COUNT_TOKENS, R_RESPONSES,
@@ -44,7 +48,8 @@ typedef struct conn {
                                      reset the connection before the client reads the answer) */
     char fail_msg[200];
     size_t dropped;               /* body bytes read and dropped after the refusal */
-    int fd;                       /* the client's socket (to see it leave) */
+    int fd;                       /* the client's socket */
+    srv_job *job;                 /* a whole answer being made (the connection waits, suspended) */
     int counted;                  /* holds one of srv.active until the request is done */
     char resp_id[80];             /* GET or DELETE /v1/responses/{id}: the id ("" for the POST) */
     int resp_del;
@@ -131,7 +136,7 @@ static enum MHD_Result raw_error(srv *s, int fd, int status, const char *reason,
     char *e = srv_api_error_json(status, msg), *r = NULL;
     int n = e ? asprintf(&r, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
                          "Connection: close\r\n\r\n%s", status, reason, strlen(e), e) : -1;
-    if (n > 0 && fd >= 0) {
+    if (n > 0 && fd >= 0 && !s->tls_cert) {     /* under TLS the socket carries records: just close */
         ssize_t w = send(fd, r, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
         (void)w;
         shutdown(fd, SHUT_WR);
@@ -141,26 +146,7 @@ static enum MHD_Result raw_error(srv *s, int fd, int status, const char *reason,
     return MHD_NO;
 }
 
-/* ---- the client ----------------------------------------------------------------- */
-
-/* The client closed its side (or the connection broke). */
-static int peer_gone(int fd)
-{
-    if (fd < 0) return 0;
-    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
-    if (poll(&p, 1, 0) <= 0) return 0;
-    return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
-}
-
-static void wait_ms(srv *s, int ms)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += (long)ms * 1000000L;
-    ts.tv_sec += ts.tv_nsec / 1000000000L;
-    ts.tv_nsec %= 1000000000L;
-    pthread_cond_timedwait(&s->cv, &s->mu, &ts);
-}
+/* ---- the key ---------------------------------------------------------------------- */
 
 /* Constant time in the length of the longer string. */
 static int key_ok(const char *want, const char *got)
@@ -177,9 +163,10 @@ static int key_ok(const char *want, const char *got)
 typedef struct sse {
     srv *s;
     srv_job *j;
-    int fd;
+    struct MHD_Connection *c;
 } sse;
 
+/* The stream's next bytes; with none yet, the connection waits (suspended) until the job has some. */
 static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
     sse *k = cls;
@@ -187,26 +174,26 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
     srv_job *j = k->j;
     (void)pos;
     pthread_mutex_lock(&s->mu);
-    for (;;) {
-        if (j->sent < j->out.n) {
-            size_t n = j->out.n - j->sent < max ? j->out.n - j->sent : max;
-            memcpy(buf, j->out.p + j->sent, n);
-            j->sent += n;
-            if (j->sent == j->out.n) j->sent = j->out.n = 0;
-            pthread_mutex_unlock(&s->mu);
-            return (ssize_t)n;
-        }
-        if (j->state == SRV_DONE) {
-            pthread_mutex_unlock(&s->mu);
-            return MHD_CONTENT_READER_END_OF_STREAM;
-        }
-        wait_ms(s, SRV_FLUSH_MS);
-        if (j->state != SRV_DONE && peer_gone(k->fd)) {
-            j->cancel = 1;
-            pthread_mutex_unlock(&s->mu);
-            return MHD_CONTENT_READER_END_WITH_ERROR;
-        }
+    if (j->sent < j->out.n) {
+        size_t n = j->out.n - j->sent < max ? j->out.n - j->sent : max;
+        memcpy(buf, j->out.p + j->sent, n);
+        j->sent += n;
+        if (j->sent == j->out.n) j->sent = j->out.n = 0;
+        pthread_mutex_unlock(&s->mu);
+        return (ssize_t)n;
     }
+    if (j->state == SRV_DONE) {
+        pthread_mutex_unlock(&s->mu);
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    }
+    if (s->door_stop) {                              /* the listener stops under it */
+        j->cancel = 1;
+        pthread_mutex_unlock(&s->mu);
+        return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    srv_door_wait(s, k->c, j);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
 }
 
 /* The stream's response is gone (sent, or the client left): the job is the worker's alone. */
@@ -224,6 +211,29 @@ static void sse_done(void *cls)
 }
 
 /* ---- the API's POSTs ---------------------------------------------------------------- */
+
+/* A whole answer: send it when done, else wait (suspended) until it is. */
+static enum MHD_Result api_finish(srv *s, conn *k, struct MHD_Connection *c)
+{
+    srv_job *j = k->job;
+    pthread_mutex_lock(&s->mu);
+    if (j->state != SRV_DONE && !s->door_stop) {     /* woken early: wait on */
+        srv_door_wait(s, c, j);
+        pthread_mutex_unlock(&s->mu);
+        return MHD_YES;
+    }
+    if (j->state != SRV_DONE) j->cancel = 1;         /* the listener stops under it */
+    char *out = j->state == SRV_DONE ? j->out.p : NULL;
+    size_t n = j->out.n;
+    int status = j->status ? j->status : 500;
+    if (out) j->out = (srv_buf){0};
+    srv_job_unref(s, j);
+    k->job = NULL;
+    k->counted = 1;                                  /* `active` drops once the answer went out (on_done) */
+    pthread_mutex_unlock(&s->mu);
+    if (!out) return send_error_api(s, c, api_of(k->r), 503, "the server is shutting down", NULL, NULL);
+    return send_body(c, status, "application/json", out, n, 1, NULL, NULL);
+}
 
 static enum MHD_Result api_post(srv *s, conn *k, struct MHD_Connection *c)
 {
@@ -254,7 +264,7 @@ static enum MHD_Result api_post(srv *s, conn *k, struct MHD_Connection *c)
         sse *x = malloc(sizeof *x);
         struct MHD_Response *r = NULL;
         if (x) {
-            *x = (sse){.s = s, .j = j, .fd = k->fd};
+            *x = (sse){.s = s, .j = j, .c = c};
             r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, sse_read, x, sse_done);
         }
         if (!r) {                                   /* the job runs for nobody: let it go */
@@ -273,21 +283,9 @@ static enum MHD_Result api_post(srv *s, conn *k, struct MHD_Connection *c)
         MHD_destroy_response(r);
         return ok;
     }
-    /* the whole answer: wait for it, watching the client */
-    pthread_mutex_lock(&s->mu);
-    while (j->state != SRV_DONE) {
-        wait_ms(s, SRV_WAIT_MS);
-        if (j->state != SRV_DONE && peer_gone(k->fd)) j->cancel = 1;
-    }
-    char *out = j->out.p;
-    size_t n = j->out.n;
-    int status = j->status ? j->status : 500;
-    j->out = (srv_buf){0};
-    srv_job_unref(s, j);
-    k->counted = 1;                                  /* `active` drops once the answer went out (on_done) */
-    pthread_mutex_unlock(&s->mu);
-    if (!out) return send_error_api(s, c, api, 500, "the answer was lost (out of memory)", NULL, NULL);
-    return send_body(c, status, "application/json", out, n, 1, NULL, NULL);
+    /* the whole answer: the connection waits for it, suspended (api_finish sends it) */
+    k->job = j;
+    return api_finish(s, k, c);
 }
 
 /* ---- the request ------------------------------------------------------------------- */
@@ -310,6 +308,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *con_cls = k;
         k->s = s;
         k->t0 = k3_now();
+        char m[600];
+        if (srv_door_refused(s, c, m, sizeof m)) {  /* over a cap: refused, and closed once answered */
+            k->failed = 1;
+            k->r = R_NONE;
+            return send_error_h(s, c, 503, m, "Connection", "close");
+        }
+        srv_door_deadline(s, c, s->timeout_s);       /* the body has --timeout to arrive */
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
         k->fd = ci ? ci->connect_fd : -1;
         k->r = R_NONE;
@@ -333,7 +338,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                 k->resp_del = !strcmp(method, "DELETE");
             }
         }
-        char m[600];
         if (k->r == R_NONE) {
             k->failed = 1;
             if (path_known) {
@@ -395,7 +399,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (srv_buf_add(&k->body, upload, n)) { k->fail_status = 500; snprintf(k->fail_msg, sizeof k->fail_msg, "out of memory"); }
         return MHD_YES;
     }
+    if (k->job) return api_finish(s, k, c);         /* resumed: its answer is made */
     if (k->failed) return MHD_YES;                   /* its error is queued already */
+    srv_door_deadline(s, c, 0);                      /* the request is in */
     if (k->fail_status) {
         k->failed = 1;
         return send_error_api(s, c, api_of(k->r), k->fail_status, k->fail_msg, NULL, NULL);
@@ -451,10 +457,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 static void on_done(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
 {
     srv *s = cls;
-    (void)c;
     (void)toe;
     conn *k = *con_cls;
     if (!k) return;
+    srv_door_deadline(s, c, s->header_timeout_s);    /* a kept-alive connection's next request */
+    if (k->job) {                                    /* closed while its answer was made */
+        pthread_mutex_lock(&s->mu);
+        k->job->cancel = 1;
+        srv_job_unref(s, k->job);
+        s->active--;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+    }
     if (k->counted) {
         pthread_mutex_lock(&s->mu);
         s->active--;
@@ -477,13 +491,34 @@ int srv_http_start(srv *s)
         k3_error("--host %s: %s", s->host, g ? gai_strerror(g) : "no address");
         return K3_EXIT_USAGE;
     }
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC;
+    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    if (s->tls_cert) flags |= MHD_USE_TLS;
+    struct MHD_OptionItem tls[] = {
+        {s->tls_cert ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, 0, s->tls_cert},
+        {MHD_OPTION_HTTPS_MEM_KEY, 0, s->tls_key},
+        {MHD_OPTION_END, 0, NULL},
+    };
+    if (srv_door_start(s)) {
+        freeaddrinfo(ai);
+        k3_error("cannot start a thread: %s", strerror(errno));
+        return K3_EXIT_IO;
+    }
     s->mhd = MHD_start_daemon(flags, s->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)SRV_CONN_LIMIT, MHD_OPTION_CONNECTION_TIMEOUT,
-                              s->timeout_s, MHD_OPTION_NOTIFY_COMPLETED, on_done, s, MHD_OPTION_END);
+                              MHD_OPTION_THREAD_POOL_SIZE, (unsigned)SRV_POOL_THREADS,
+                              MHD_OPTION_CONNECTION_LIMIT, s->max_conns + SRV_CONN_SPARE,
+                              MHD_OPTION_CONNECTION_TIMEOUT, s->timeout_s,
+                              MHD_OPTION_NOTIFY_CONNECTION, srv_door_notify, s,
+                              MHD_OPTION_NOTIFY_COMPLETED, on_done, s,
+                              MHD_OPTION_ARRAY, tls, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->mhd) {
+        srv_door_stop(s);
+        if (s->tls_cert) {
+            k3_error("cannot listen with TLS on %s port %u: the certificate and key do not load (PEM files of one "
+                     "pair?) or the address is in use", s->host, s->port);
+            return K3_EXIT_IO;
+        }
         k3_error("cannot listen on %s port %u: %s", s->host, s->port,
                  errno ? strerror(errno) : "the address is in use or not this machine's");
         return K3_EXIT_IO;
@@ -503,6 +538,7 @@ void srv_http_quiesce(srv *s)
 
 void srv_http_stop(srv *s)
 {
+    srv_door_stop(s);
     if (s->mhd) MHD_stop_daemon(s->mhd);
     s->mhd = NULL;
 }

@@ -28,6 +28,7 @@
 #include <stdint.h>
 
 #include <jansson.h>
+#include <microhttpd.h>
 
 #include "chat.h"
 #include "cli_args.h"
@@ -102,7 +103,11 @@ typedef struct srv_metrics {
     double gen_seconds;            /* generating (to compute tokens per second) */
     uint64_t expert_hits, expert_misses, bytes_read;
     uint64_t rejected_busy;
+    uint64_t refused_conns;        /* connections over --max-conns or --max-conns-per-ip (answered 503) */
+    uint64_t timed_out_conns;      /* connections closed because their request had not arrived in time */
 } srv_metrics;
+
+typedef struct srv_sock srv_sock;  /* a client connection (serve_door.c) */
 
 struct srv;
 
@@ -124,6 +129,7 @@ typedef struct srv_slot {
 typedef struct srv {
     /* settings */
     const char *pack, *host, *api_key, *model_name;
+    char *api_key_owned;           /* --api-key-file's key (api_key points at it) */
     uint16_t port;
     unsigned queue_max;            /* waiting jobs at most (the running one not counted) */
     unsigned timeout_s;            /* a request's whole body must arrive within this */
@@ -158,6 +164,14 @@ typedef struct srv {
     unsigned active;               /* connections with a response not yet finished */
     srv_metrics mt;
     struct MHD_Daemon *mhd;
+    /* the connections (serve_door.c), under mu */
+    unsigned max_conns, max_conns_per_ip;   /* --max-conns, --max-conns-per-ip */
+    unsigned header_timeout_s;     /* a request's headers must arrive within this */
+    char *tls_cert, *tls_key;      /* --tls-cert, --tls-key: the PEM files' contents (NULL: plain HTTP) */
+    srv_sock *socks;               /* every open connection */
+    unsigned n_socks;
+    pthread_t door_th;             /* the waker */
+    int door_on, door_stop;
 } srv;
 
 /* The options of the generation, the same in k3run serve and k3run batch (serve_slots.c parses
@@ -274,6 +288,20 @@ void srv_stop(srv *s);                       /* everything srv_load made, and th
    the queue is empty); with one slot on this thread, else on their own threads, this one running
    the passes they share. */
 void srv_slots_run(srv *s);
+
+/* serve_door.c: the connections' records, caps and deadlines, and the waker that resumes a
+   connection waiting for its job (serve_http.c suspends it). */
+void srv_door_notify(void *cls, struct MHD_Connection *c, void **socket_context,
+                     enum MHD_ConnectionNotificationCode toe);   /* MHD_OPTION_NOTIFY_CONNECTION */
+srv_sock *srv_door_sock(struct MHD_Connection *c);
+/* The connection is over a cap: 1 with the refusal's message in msg[cap]. */
+int srv_door_refused(srv *s, struct MHD_Connection *c, char *msg, size_t cap);
+void srv_door_deadline(srv *s, struct MHD_Connection *c, double seconds);   /* from now (0: none); takes mu */
+/* With mu held: suspend c until j has output (a stream) or is done; the waker resumes it. */
+void srv_door_wait(srv *s, struct MHD_Connection *c, srv_job *j);
+int srv_peer_gone(int fd);          /* the client closed its side */
+int srv_door_start(srv *s);         /* the waker thread: 0, or -1 */
+void srv_door_stop(srv *s);         /* resume every waiting connection and end the waker */
 
 /* serve_http.c: start and stop the listener. */
 int srv_http_start(srv *s);
