@@ -9,6 +9,7 @@ import json
 import re
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -21,8 +22,10 @@ STOP_SECONDS = 20
 
 
 class Server:
-    def __init__(self, pack, args=(), env=None, prefix=()):
-        self.pack, self.args = pack, list(args)
+    def __init__(self, pack, args=(), env=None, prefix=(), ca=None):
+        """ca: the certificate to trust when the server speaks TLS (--tls-cert)."""
+        self.pack, self.args, self.scheme = pack, list(args), "http"
+        self.ctx = ssl.create_default_context(cafile=ca) if ca else None
         e = dict(os.environ)
         e.update(env or {})
         self.log = open(os.path.join(TMP, "k3run-serve-%d.err" % os.getpid()), "w+b")
@@ -35,9 +38,10 @@ class Server:
             self.log.seek(0)
             text = self.log.read().decode(errors="replace")
             for line in text.splitlines():
-                if " on http://" in line:
-                    addr = line.split(" on http://", 1)[1].split("/", 1)[0]
-                    self.host, port = addr.rsplit(":", 1)
+                m = re.search(r" on (https?)://([^/]+)/", line)
+                if m:
+                    self.scheme = m.group(1)
+                    self.host, port = m.group(2).rsplit(":", 1)
                     self.port = int(port)
             if self.port:
                 return
@@ -48,7 +52,15 @@ class Server:
         raise AssertionError("k3run serve did not start within %d s" % START_SECONDS)
 
     def url(self, path=""):
-        return "http://%s:%d%s" % (self.host, self.port, path)
+        return "%s://%s:%d%s" % (self.scheme, self.host, self.port, path)
+
+    def connection(self, timeout=60, source=None):
+        """An http.client connection to the server (HTTPS when it speaks TLS); source: the local address."""
+        src = (source, 0) if source else None
+        if self.scheme == "https":
+            return http.client.HTTPSConnection(self.host, self.port, timeout=timeout, context=self.ctx,
+                                               source_address=src)
+        return http.client.HTTPConnection(self.host, self.port, timeout=timeout, source_address=src)
 
     def stderr(self):
         if self.log.closed:
@@ -75,9 +87,9 @@ class Server:
         except Exception:
             pass
 
-    def request(self, method, path, body=None, headers=None, timeout=60):
-        """(status, headers dict, body bytes)."""
-        c = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+    def request(self, method, path, body=None, headers=None, timeout=60, source=None):
+        """(status, headers dict, body bytes); source: the local address to send from (127.0.0.N)."""
+        c = self.connection(timeout, source)
         h = {"Content-Type": "application/json"}
         h.update(headers or {})
         if isinstance(body, (dict, list)):
@@ -106,7 +118,7 @@ class Server:
         if first is None:
             st, hd, data = self.post(path, dict(body, stream=True), headers, timeout)
         else:                                           # read the events as they come
-            c = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+            c = self.connection(timeout)
             c.request("POST", path, body=json.dumps(dict(body, stream=True)).encode(),
                       headers=dict({"Content-Type": "application/json"}, **(headers or {})))
             r = c.getresponse()
