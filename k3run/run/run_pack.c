@@ -169,7 +169,7 @@ k3_err k3_run_pack(const k3_run_opts *o, k3_run_result *r, k3_diag *d)
                      o->n_predict, o->context);
     }
 
-checked:
+checked:;
     /* the prompt is good: only now the pack's check (--verify), the plan and the weights */
 
     /* the memory plan, from the manifest alone; then the weights */

@@ -86,6 +86,37 @@ static void free_requests(batch *b)
     b->n = 0;
 }
 
+/* One line of the input (len bytes, no newline): its custom_id (NULL: none), kind and body (JSON
+   text), or err[cap] saying what is wrong with it. -1 only when out of memory. */
+int srv_batch_line(const char *line, size_t len, uint32_t no, char **custom_id, srv_kind *kind, char **body_out,
+                   char *err, size_t cap)
+{
+    int rc = 0;
+    *custom_id = *body_out = NULL;
+    err[0] = 0;
+    json_error_t je;
+    json_t *o = json_loadb(line, len, JSON_REJECT_DUPLICATES, &je);
+    json_t *id = o ? json_object_get(o, "custom_id") : NULL;
+    if (json_is_string(id) && !(*custom_id = strdup(json_string_value(id)))) rc = -1;
+    const char *url = o ? json_string_value(json_object_get(o, "url")) : NULL;
+    const char *method = o ? json_string_value(json_object_get(o, "method")) : NULL;
+    json_t *body = o ? json_object_get(o, "body") : NULL;
+    if (!o) snprintf(err, cap, "line %u is not JSON: %s (column %d)", no, je.text, je.column);
+    else if (!json_is_object(o)) snprintf(err, cap, "line %u is not a JSON object", no);
+    else if (!*custom_id) snprintf(err, cap, "line %u has no custom_id string", no);
+    else if (!method || strcmp(method, "POST"))
+        snprintf(err, cap, "line %u: method must be \"POST\"", no);
+    else if (!url || (strcmp(url, "/v1/chat/completions") && strcmp(url, "/v1/completions")))
+        snprintf(err, cap, "line %u: url must be \"/v1/chat/completions\" or \"/v1/completions\"", no);
+    else if (!json_is_object(body)) snprintf(err, cap, "line %u: body must be a JSON object", no);
+    else {
+        *kind = strcmp(url, "/v1/completions") ? SRV_CHAT : SRV_COMPLETION;
+        if (!(*body_out = json_dumps(body, JSON_COMPACT))) rc = -1;
+    }
+    json_decref(o);
+    return rc;
+}
+
 /* The input: every non-empty line checked; K3_OK, or a refusal naming the file and line. */
 static k3_err read_input(batch *b, k3_diag *d)
 {
@@ -105,28 +136,9 @@ static k3_err read_input(batch *b, k3_diag *d)
         b->r = r;
         r = &b->r[b->n++];
         memset(r, 0, sizeof *r);
-        r->line = no;
-        json_error_t je;
-        json_t *o = json_loadb(line, (size_t)len, JSON_REJECT_DUPLICATES, &je);
-        json_t *id = o ? json_object_get(o, "custom_id") : NULL;
-        if (json_is_string(id) && !(r->custom_id = strdup(json_string_value(id))))
+        if (srv_batch_line(line, (size_t)len, no, &r->custom_id, &r->kind, &r->body, r->err, sizeof r->err))
             e = k3_fail(d, K3_ERR_NOMEM, "out of memory");
-        const char *url = o ? json_string_value(json_object_get(o, "url")) : NULL;
-        const char *method = o ? json_string_value(json_object_get(o, "method")) : NULL;
-        json_t *body = o ? json_object_get(o, "body") : NULL;
-        if (!o) snprintf(r->err, sizeof r->err, "line %u is not JSON: %s (column %d)", no, je.text, je.column);
-        else if (!json_is_object(o)) snprintf(r->err, sizeof r->err, "line %u is not a JSON object", no);
-        else if (!r->custom_id) snprintf(r->err, sizeof r->err, "line %u has no custom_id string", no);
-        else if (!method || strcmp(method, "POST"))
-            snprintf(r->err, sizeof r->err, "line %u: method must be \"POST\"", no);
-        else if (!url || (strcmp(url, "/v1/chat/completions") && strcmp(url, "/v1/completions")))
-            snprintf(r->err, sizeof r->err, "line %u: url must be \"/v1/chat/completions\" or \"/v1/completions\"", no);
-        else if (!json_is_object(body)) snprintf(r->err, sizeof r->err, "line %u: body must be a JSON object", no);
-        else {
-            r->kind = strcmp(url, "/v1/completions") ? SRV_CHAT : SRV_COMPLETION;
-            if (!(r->body = json_dumps(body, JSON_COMPACT))) e = k3_fail(d, K3_ERR_NOMEM, "out of memory");
-        }
-        json_decref(o);
+        r->line = no;
     }
     free(line);
     if (!e && ferror(f)) e = k3_fail(d, K3_ERR_IO, "%s: %s", b->in_path, strerror(errno));

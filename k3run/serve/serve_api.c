@@ -244,7 +244,7 @@ int srv_api_parse(srv *s, srv_kind kind, const char *body, size_t len, srv_job *
     if (!json_is_object(c.r)) { rc = bad(&c, "the body is %s, not a JSON object", srv_json_type(c.r)); goto out; }
     if ((rc = common_fields(s, &c, j))) goto out;
     k3_diag d;
-    uint32_t ctx = k3_model_context(s->ld.m);
+    uint32_t ctx = s->context;
     if (kind == SRV_CHAT) {
         json_t *m = json_object_get(c.r, "messages");
         if (!m) { rc = bad(&c, "no 'messages': a chat request needs the conversation"); goto out; }

@@ -147,6 +147,7 @@ typedef struct srv {
     k3_batcher *bat;               /* n_slots > 1: the passes they share */
     k3_weights_stats w_base;       /* the weights' counters once loaded (/metrics with several slots) */
     int64_t eos;
+    uint32_t context;              /* positions a conversation may use (the model's) */
     double t_load;
     /* shared, under mu */
     pthread_mutex_t mu;
@@ -322,6 +323,12 @@ char *srv_api_error_json(int status, const char *msg);
 char *srv_api_models_json(const srv *s);
 char *srv_api_metrics_text(srv *s);            /* takes mu itself */
 void srv_job_unref(srv *s, srv_job *j);       /* with mu held */
+
+/* batch_cli.c: one line of `k3run batch`'s input (len bytes, no newline): its custom_id (malloc'd; NULL:
+   none), kind and body (malloc'd JSON text), or err[cap] saying what is wrong with it (body NULL). 0, or
+   -1 when out of memory. */
+int srv_batch_line(const char *line, size_t len, uint32_t no, char **custom_id, srv_kind *kind, char **body,
+                   char *err, size_t cap);
 
 /* serve_page.c (generated from serve_page.html): the chat page. */
 extern const char k3_serve_page[];

@@ -523,7 +523,7 @@ static int truncate_auto(rq *q)
 {
     json_t *msgs = json_object_get(q->c, "messages");
     size_t n = json_array_size(msgs), keep = 0;
-    uint32_t ctx = k3_model_context(q->s->ld.m);
+    uint32_t ctx = q->s->context;
     int fits, rc;
     while (keep < n && !strcmp(role_of(json_array_get(msgs, keep)), "system")) keep++;
     if ((rc = renders_within(q, msgs, keep, keep, ctx, &fits)) || fits) return rc;

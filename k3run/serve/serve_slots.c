@@ -97,6 +97,7 @@ int srv_load(srv *s)
     }
     if (s->n_slots > 1 && (e = k3_batcher_new(s->ld.m, 0, &s->bat, &d))) return srv_fail(e, &d);
     s->eos = k3w_config(s->ld.w)->eos_token_id;
+    s->context = k3_model_context(s->ld.m);
     k3w_stats(s->ld.w, &s->w_base);
     s->t_load = k3_now() - t0 - s->ld.t_verify;
     return 0;

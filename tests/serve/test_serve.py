@@ -26,6 +26,24 @@ def msgs(*turns):
     return [{"role": r, "content": c} for r, c in turns]
 
 
+# bad requests and what their errors say (tests/fuzz/seed_requests.py seeds the fuzz corpora with them)
+_GOOD = {"messages": msgs(("user", "hi"))}
+BAD_REQUESTS = [(CHAT, "POST", b"{bad json", 400), (CHAT, "POST", b"", 400), (CHAT, "POST", b"[1, 2]", 400),
+                (CHAT, "POST", {"messages": "hi"}, 400), (CHAT, "POST", {}, 400),
+                (CHAT, "POST", {"messages": []}, 400),
+                (CHAT, "POST", {"messages": [{"role": "wizard", "content": "hi"}]}, 400),
+                (CHAT, "POST", dict(_GOOD, n=17), 400), (CHAT, "POST", dict(_GOOD, temperature="hot"), 400),
+                (CHAT, "POST", dict(_GOOD, max_tokens=0), 400), (CHAT, "POST", dict(_GOOD, max_tokens=1.5), 400),
+                (CHAT, "POST", dict(_GOOD, top_p=0), 400), (CHAT, "POST", dict(_GOOD, stream="yes"), 400),
+                (CHAT, "POST", dict(_GOOD, stop=[""]), 400), (CHAT, "POST", dict(_GOOD, stop=7), 400),
+                (CHAT, "POST", dict(_GOOD, reasoning_effort="medium"), 400),
+                (CHAT, "POST", dict(_GOOD, logprobs=True), 400),
+                (CHAT, "POST", dict(_GOOD, frequency_penalty=0.5), 400),
+                ("/v1/completions", "POST", {"prompt": 5}, 400), ("/v1/completions", "POST", {}, 400),
+                ("/v1/completions", "POST", {"prompt": ""}, 400),
+                (CHAT, "GET", None, 405), ("/v1/models", "POST", b"{}", 405), ("/health", "DELETE", None, 405),
+                ("/v1/nothing", "GET", None, 404), ("/v2/chat/completions", "POST", b"{}", 404)]
+
 class ServeKjv(unittest.TestCase):
     """One server on the trained demo model for the tests that need real answers."""
 
@@ -175,22 +193,7 @@ class ServeKjv(unittest.TestCase):
 
     def test_bad_requests(self):
         """each gets its status and an error JSON; the server keeps serving"""
-        good = {"messages": msgs(("user", "hi"))}
-        cases = [(CHAT, "POST", b"{bad json", 400), (CHAT, "POST", b"", 400), (CHAT, "POST", b"[1, 2]", 400),
-                 (CHAT, "POST", {"messages": "hi"}, 400), (CHAT, "POST", {}, 400),
-                 (CHAT, "POST", {"messages": []}, 400),
-                 (CHAT, "POST", {"messages": [{"role": "wizard", "content": "hi"}]}, 400),
-                 (CHAT, "POST", dict(good, n=17), 400), (CHAT, "POST", dict(good, temperature="hot"), 400),
-                 (CHAT, "POST", dict(good, max_tokens=0), 400), (CHAT, "POST", dict(good, max_tokens=1.5), 400),
-                 (CHAT, "POST", dict(good, top_p=0), 400), (CHAT, "POST", dict(good, stream="yes"), 400),
-                 (CHAT, "POST", dict(good, stop=[""]), 400), (CHAT, "POST", dict(good, stop=7), 400),
-                 (CHAT, "POST", dict(good, reasoning_effort="medium"), 400),
-                 (CHAT, "POST", dict(good, logprobs=True), 400),
-                 (CHAT, "POST", dict(good, frequency_penalty=0.5), 400),
-                 ("/v1/completions", "POST", {"prompt": 5}, 400), ("/v1/completions", "POST", {}, 400),
-                 ("/v1/completions", "POST", {"prompt": ""}, 400),
-                 (CHAT, "GET", None, 405), ("/v1/models", "POST", b"{}", 405), ("/health", "DELETE", None, 405),
-                 ("/v1/nothing", "GET", None, 404), ("/v2/chat/completions", "POST", b"{}", 404)]
+        cases = BAD_REQUESTS
         for path, method, body, status in cases:
             with self.subTest(path=path, method=method, body=body):
                 st, hd, data = self.srv.request(method, path, body)
@@ -231,7 +234,7 @@ class ServeKjv(unittest.TestCase):
             reply += got
         s.close()
         self.assertTrue(reply.startswith(b"HTTP/1.1 413"), reply[:100])
-        st, d = self.srv.chat(dict(good, max_tokens=5))
+        st, d = self.srv.chat(dict(_GOOD, max_tokens=5))
         self.assertEqual(st, 200, d)
 
     def test_slow_client(self):

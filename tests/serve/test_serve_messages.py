@@ -141,6 +141,36 @@ def events(srv, body, path=MSG, headers=None):
     return st, out
 
 
+# bad requests and what their errors say (tests/fuzz/seed_requests.py seeds the fuzz corpora with them)
+_GOOD = {"max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
+BAD_REQUESTS = [(MSG, b"{bad json", "not valid JSON"), (MSG, b"", "empty"), (MSG, b"[1]", "not a JSON object"),
+                (MSG, {"messages": [{"role": "user", "content": "hi"}]}, "max_tokens"),
+                (MSG, dict(_GOOD, messages="hi"), "'messages' is a string"),
+                (MSG, dict(_GOOD, messages=[]), "empty"), (MSG, {"max_tokens": 5}, "no 'messages'"),
+                (MSG, dict(_GOOD, messages=[{"role": "user", "content": [
+                    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA=="}}]}]),
+                 "text-only"),
+                (MSG, dict(_GOOD, messages=[{"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "t", "content": [{"type": "document", "source": {}}]}]}]),
+                 "text-only"),
+                (MSG, dict(_GOOD, messages=[{"role": "wizard", "content": "hi"}]), "role"),
+                (MSG, dict(_GOOD, messages=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Sure"}]),
+                 "prefilled"),
+                (MSG, dict(_GOOD, messages=[{"role": "user", "content": [{"type": "tool_use", "id": "a", "name": "b",
+                                                                         "input": {}}]}]), "'tool_use' block"),
+                (MSG, dict(_GOOD, messages=[{"role": "user", "content": [{"text": "no type"}]}]), "'type'"),
+                (MSG, dict(_GOOD, max_tokens=0), "max_tokens"), (MSG, dict(_GOOD, max_tokens="9"), "max_tokens"),
+                (MSG, dict(_GOOD, temperature="hot"), "temperature"), (MSG, dict(_GOOD, stream="yes"), "stream"),
+                (MSG, dict(_GOOD, stop_sequences="x"), "stop_sequences"), (MSG, dict(_GOOD, stop_sequences=[""]), "empty"),
+                (MSG, dict(_GOOD, thinking={"type": "enabled"}), "budget_tokens"),
+                (MSG, dict(_GOOD, thinking={"type": "sometimes"}), "thinking"),
+                (MSG, dict(_GOOD, tools=[{"name": "x"}]), "input_schema"),
+                (MSG, dict(_GOOD, tools=[{"type": "web_search_20250305", "name": "web_search"}]), "server tools"),
+                (MSG, dict(_GOOD, tool_choice={"type": "maybe"}), "tool_choice"),
+                (MSG, dict(_GOOD, tool_choice={"type": "tool"}), "name"),
+                (COUNT, b"{bad", "not valid JSON"), (COUNT, {"messages": 5}, "'messages'"),
+                (COUNT, {"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]}, "text-only")]
+
 class Grammar:
     def blocks(self, evs):
         """Check a stream's events against Anthropic's grammar, exactly: message_start, ping, then per
@@ -337,34 +367,7 @@ class ServeMessages(unittest.TestCase, Grammar):
 
     def test_bad_requests(self):
         """each gets Anthropic's error shape and its status; the server keeps serving"""
-        good = {"max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
-        cases = [(MSG, b"{bad json", "not valid JSON"), (MSG, b"", "empty"), (MSG, b"[1]", "not a JSON object"),
-                 (MSG, {"messages": [{"role": "user", "content": "hi"}]}, "max_tokens"),
-                 (MSG, dict(good, messages="hi"), "'messages' is a string"),
-                 (MSG, dict(good, messages=[]), "empty"), (MSG, {"max_tokens": 5}, "no 'messages'"),
-                 (MSG, dict(good, messages=[{"role": "user", "content": [
-                     {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA=="}}]}]),
-                  "text-only"),
-                 (MSG, dict(good, messages=[{"role": "user", "content": [
-                     {"type": "tool_result", "tool_use_id": "t", "content": [{"type": "document", "source": {}}]}]}]),
-                  "text-only"),
-                 (MSG, dict(good, messages=[{"role": "wizard", "content": "hi"}]), "role"),
-                 (MSG, dict(good, messages=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Sure"}]),
-                  "prefilled"),
-                 (MSG, dict(good, messages=[{"role": "user", "content": [{"type": "tool_use", "id": "a", "name": "b",
-                                                                          "input": {}}]}]), "'tool_use' block"),
-                 (MSG, dict(good, messages=[{"role": "user", "content": [{"text": "no type"}]}]), "'type'"),
-                 (MSG, dict(good, max_tokens=0), "max_tokens"), (MSG, dict(good, max_tokens="9"), "max_tokens"),
-                 (MSG, dict(good, temperature="hot"), "temperature"), (MSG, dict(good, stream="yes"), "stream"),
-                 (MSG, dict(good, stop_sequences="x"), "stop_sequences"), (MSG, dict(good, stop_sequences=[""]), "empty"),
-                 (MSG, dict(good, thinking={"type": "enabled"}), "budget_tokens"),
-                 (MSG, dict(good, thinking={"type": "sometimes"}), "thinking"),
-                 (MSG, dict(good, tools=[{"name": "x"}]), "input_schema"),
-                 (MSG, dict(good, tools=[{"type": "web_search_20250305", "name": "web_search"}]), "server tools"),
-                 (MSG, dict(good, tool_choice={"type": "maybe"}), "tool_choice"),
-                 (MSG, dict(good, tool_choice={"type": "tool"}), "name"),
-                 (COUNT, b"{bad", "not valid JSON"), (COUNT, {"messages": 5}, "'messages'"),
-                 (COUNT, {"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]}, "text-only")]
+        cases = BAD_REQUESTS
         for path, body, words in cases:
             with self.subTest(path=path, body=body):
                 st, hd, data = self.srv.request("POST", path, body)
@@ -374,10 +377,10 @@ class ServeMessages(unittest.TestCase, Grammar):
                 self.assertEqual(doc["type"], "error")
                 self.assertEqual(doc["error"]["type"], "invalid_request_error")
                 self.assertIn(words, doc["error"]["message"])
-        st, evs = events(self.srv, dict(good, messages=[]))                # refused before the stream began
+        st, evs = events(self.srv, dict(_GOOD, messages=[]))                # refused before the stream began
         self.assertEqual((st, evs[0][1]["type"]), (400, "error"))
         self.healthy()
-        st, got = self.post(good)
+        st, got = self.post(_GOOD)
         self.assertEqual(st, 200, got)
 
     def test_tool_use(self):

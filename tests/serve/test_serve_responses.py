@@ -69,6 +69,29 @@ def text_of(resp):
     return text, reasoning
 
 
+# bad requests and what their errors say (tests/fuzz/seed_requests.py seeds the fuzz corpora with them)
+BAD_REQUESTS = [(b'{"input": "x",', "not valid JSON"), (b"[1]", "not a JSON object"), ({}, "no 'input'"),
+                ({"input": []}, "'input' is empty"), ({"input": 3}, "'input' is an integer"),
+                ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "data:,x"}]}]},
+                 "text-only"),
+                ({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]}, "text-only"),
+                ({"input": [{"role": "tool", "content": "x"}]}, "give user, assistant, system or developer"),
+                ({"input": [{"type": "web_search_call", "id": "ws"}]}, "'web_search_call' item"),
+                ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "item_reference"),
+                ({"input": [{"type": "function_call", "name": "f"}]}, "call_id"),
+                ({"input": "x", "tools": [{"type": "web_search"}]}, "built-in tool ('web_search')"),
+                ({"input": "x", "tools": [{"type": "function"}]}, "'tools'[0].name"),
+                ({"input": "x", "tool_choice": {"type": "web_search_preview"}}, "'tool_choice'"),
+                ({"input": "x", "reasoning": {"effort": "extreme"}}, "'reasoning.effort'"),
+                ({"input": "x", "text": {"format": {"type": "xml"}}}, "'text.format'"),
+                ({"input": "x", "max_output_tokens": 0}, "'max_output_tokens'"),
+                ({"input": "x", "temperature": "hot"}, "'temperature'"),
+                ({"input": "x", "store": "yes"}, "'store'"),
+                ({"input": "x", "background": True}, "'background'"),
+                ({"input": "x", "truncation": "middle"}, "'truncation'"),
+                ({"input": [{"type": "function_call_output", "call_id": "nope", "output": "x"}]},
+                 "answers no function_call")]
+
 class Responses(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -320,27 +343,7 @@ class Responses(unittest.TestCase):
 
     def test_bad_requests(self):
         """400s in OpenAI's error shape, each saying what is wrong; the server keeps serving"""
-        cases = [(b'{"input": "x",', "not valid JSON"), (b"[1]", "not a JSON object"), ({}, "no 'input'"),
-                 ({"input": []}, "'input' is empty"), ({"input": 3}, "'input' is an integer"),
-                 ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "data:,x"}]}]},
-                  "text-only"),
-                 ({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]}, "text-only"),
-                 ({"input": [{"role": "tool", "content": "x"}]}, "give user, assistant, system or developer"),
-                 ({"input": [{"type": "web_search_call", "id": "ws"}]}, "'web_search_call' item"),
-                 ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "item_reference"),
-                 ({"input": [{"type": "function_call", "name": "f"}]}, "call_id"),
-                 ({"input": "x", "tools": [{"type": "web_search"}]}, "built-in tool ('web_search')"),
-                 ({"input": "x", "tools": [{"type": "function"}]}, "'tools'[0].name"),
-                 ({"input": "x", "tool_choice": {"type": "web_search_preview"}}, "'tool_choice'"),
-                 ({"input": "x", "reasoning": {"effort": "extreme"}}, "'reasoning.effort'"),
-                 ({"input": "x", "text": {"format": {"type": "xml"}}}, "'text.format'"),
-                 ({"input": "x", "max_output_tokens": 0}, "'max_output_tokens'"),
-                 ({"input": "x", "temperature": "hot"}, "'temperature'"),
-                 ({"input": "x", "store": "yes"}, "'store'"),
-                 ({"input": "x", "background": True}, "'background'"),
-                 ({"input": "x", "truncation": "middle"}, "'truncation'"),
-                 ({"input": [{"type": "function_call_output", "call_id": "nope", "output": "x"}]},
-                  "answers no function_call")]
+        cases = BAD_REQUESTS
         for body, want in cases:
             with self.subTest(body=body):
                 st, _, data = self.srv.post(RESP, body)

@@ -79,7 +79,9 @@ static void fill(uint8_t *dst, const uint8_t *head, uint64_t hlen, uint64_t pos,
  * nothing crosses lanes), then XXH3_scrambleAcc_scalar(). Scalar on purpose:
  * 8 independent imul chains beat gcc's SSE2 form (multiply by shifts and adds).
  */
-__attribute__((optimize("no-tree-vectorize")))
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("no-tree-vectorize")))       /* clang's loop vectorizer keeps the chains apart */
+#endif
 static void zero_blocks(xxh_u64 *acc, const xxh_u64 *zadd, const uint8_t *key, uint64_t n)
 {
     uint64_t a[XXH_ACC_NB], k[XXH_ACC_NB];              /* [8] lanes, scramble keys */

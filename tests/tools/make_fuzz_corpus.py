@@ -21,7 +21,7 @@ With --k3pack BIN (a built k3pack) it also packs the micro checkpoint and writes
 
 (without it those corpora are left as they are). Needs /usr/bin/python3 with numpy
 (tests/reference) and the zstd program. Findings of fuzzing runs are added next to the
-seeds as regress_* files by tests/fuzz/run.sh.
+seeds as regress_* files by scripts/fuzz.sh.
 """
 import argparse
 import base64

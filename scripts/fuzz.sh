@@ -1,6 +1,6 @@
 #!/bin/sh
 # A fuzzing campaign (on demand; CI only replays the corpora):
-#   tests/fuzz/run.sh SECONDS [TARGET...]
+#   scripts/fuzz.sh [SECONDS [TARGET...]]     (SECONDS per target, 60 by default)
 # Builds the libFuzzer targets with clang, ASan and UBSan in build-fuzz/
 # (K3_FUZZ_BUILD overrides), then runs each target (all of tests/fuzz/fuzz_*.c by
 # default) for SECONDS, one at a time, at nice 10, starting from its corpus
@@ -10,9 +10,10 @@
 # tests (ctest -L fuzz) fail until it is fixed; rename it to say what it is.
 # Prints one line per target: executions, corpus units, findings. Exit 1 if any.
 set -eu
-cd "$(dirname "$0")/../.."
-secs=${1:?usage: tests/fuzz/run.sh SECONDS [TARGET...]}
-shift
+cd "$(dirname "$0")/.."
+secs=${1:-60}
+[ $# -gt 0 ] && shift
+case $secs in ''|*[!0-9]*) echo "usage: scripts/fuzz.sh [SECONDS [TARGET...]]" >&2; exit 2;; esac
 
 # clang, the libFuzzer runtime and clang's OpenMP: optional or absent in scripts/setup.sh (CI builds
 # with gcc), needed here
