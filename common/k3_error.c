@@ -1,5 +1,6 @@
 /* k3_error.c - error strings, exit codes and diagnostics. */
 #include "k3_error.h"
+#include "k3_log.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -40,6 +41,20 @@ int k3_exit_code(k3_err err)
     }
 }
 
+/* A message repeats names and values taken from the input: a control byte in one (a newline, a
+   terminal escape, a C1 control) is written escaped (\x0a, ...), so a message is one line of text
+   that is safe to print wherever it goes. */
+static void escape_msg(k3_diag *d)
+{
+    const char *m = d->msg;
+    size_t n = strlen(m), i = 0;
+    while (i < n && (unsigned char)m[i] >= 0x20 && (unsigned char)m[i] < 0x7F) i++;
+    if (i == n) return;                            /* plain ASCII: nothing to do */
+    char safe[K3_DIAG_MAX];
+    k3_escape_ctl(m, n, safe, sizeof safe);
+    memcpy(d->msg, safe, sizeof d->msg);
+}
+
 k3_err k3_fail(k3_diag *d, k3_err code, const char *fmt, ...)
 {
     if (d) {
@@ -47,6 +62,7 @@ k3_err k3_fail(k3_diag *d, k3_err code, const char *fmt, ...)
         va_start(ap, fmt);
         vsnprintf(d->msg, sizeof d->msg, fmt, ap);
         va_end(ap);
+        escape_msg(d);
         d->code = code;
     }
     return code;
@@ -74,5 +90,6 @@ k3_err k3_diag_wrap(k3_diag *d, const char *fmt, ...)
         used += ol;
     }
     d->msg[used] = '\0';
+    escape_msg(d);
     return d->code;
 }
