@@ -636,6 +636,10 @@ void srv_api_run(srv *s, srv_slot *sl, srv_job *j)
         int status = e == K3_ERR_USAGE ? 400 : 500;
         pthread_mutex_lock(&s->mu);
         s->mt.errors[status]++;
+        if (e == K3_ERR_CORRUPT || e == K3_ERR_IO) {   /* the pack failed a read: /health says so */
+            s->mt.damage_errors++;
+            snprintf(s->damage, sizeof s->damage, "%s", d.msg);
+        }
         pthread_mutex_unlock(&s->mu);
         j->api->fail(&r, status, d.msg);
         j->status = status;
@@ -740,6 +744,9 @@ char *srv_api_metrics_text(srv *s)
     }
     LINE("# HELP k3_rejected_busy_total Requests refused because the queue was full.\n"
          "# TYPE k3_rejected_busy_total counter\nk3_rejected_busy_total %llu\n", (unsigned long long)m.rejected_busy);
+    LINE("# HELP k3_pack_damage_errors_total Requests failed by a weight that failed its hash or its read.\n"
+         "# TYPE k3_pack_damage_errors_total counter\nk3_pack_damage_errors_total %llu\n",
+         (unsigned long long)m.damage_errors);
     LINE("# HELP k3_connections Open client connections.\n# TYPE k3_connections gauge\nk3_connections %u\n", conns);
     LINE("# HELP k3_refused_connections_total Connections over --max-conns or --max-conns-per-ip (answered 503).\n"
          "# TYPE k3_refused_connections_total counter\nk3_refused_connections_total %llu\n",

@@ -432,12 +432,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     case R_MODELS:
         return send_json(c, 200, srv_api_models_json(s));
     case R_HEALTH: {
+        /* "degraded": a weight failed its hash or its read during a request; the server answers every
+           request that does not need it (the last such failure is named) */
         pthread_mutex_lock(&s->mu);
         char *h = NULL;
-        if (asprintf(&h, "{\"status\":\"%s\",\"busy\":%s,\"queue\":%u,\"slots\":%u,\"slots_busy\":%u}",
-                     s->stopping ? "stopping" : "ok", s->running ? "true" : "false", s->q_n, s->n_slots,
-                     s->running) < 0) h = NULL;
+        json_t *doc = json_pack("{s:s,s:b,s:i,s:i,s:i}", "status", s->stopping ? "stopping" :
+                                s->damage[0] ? "degraded" : "ok", "busy", s->running > 0, "queue", (int)s->q_n,
+                                "slots", (int)s->n_slots, "slots_busy", (int)s->running);
+        if (doc && s->damage[0]) {
+            json_object_set_new(doc, "damage", json_string(s->damage));
+            json_object_set_new(doc, "damage_errors", json_integer((json_int_t)s->mt.damage_errors));
+        }
         pthread_mutex_unlock(&s->mu);
+        if (doc) h = json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        json_decref(doc);
         return send_json(c, 200, h);
     }
     case R_METRICS: {

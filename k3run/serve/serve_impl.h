@@ -105,6 +105,7 @@ typedef struct srv_metrics {
     uint64_t rejected_busy;
     uint64_t refused_conns;        /* connections over --max-conns or --max-conns-per-ip (answered 503) */
     uint64_t timed_out_conns;      /* connections closed because their request had not arrived in time */
+    uint64_t damage_errors;        /* requests failed by a weight that failed its hash or its read */
 } srv_metrics;
 
 typedef struct srv_sock srv_sock;  /* a client connection (serve_door.c) */
@@ -164,6 +165,7 @@ typedef struct srv {
     void *user;
     unsigned active;               /* connections with a response not yet finished */
     srv_metrics mt;
+    char damage[K3_DIAG_MAX];      /* the last read of the pack that failed ("": none) */
     struct MHD_Daemon *mhd;
     /* the connections (serve_door.c), under mu */
     unsigned max_conns, max_conns_per_ip;   /* --max-conns, --max-conns-per-ip */

@@ -11,6 +11,11 @@
   the npm `openai` SDK get answers equal to plain HTTP's, streamed and not; plain HTTP to the TLS
   port is closed without hanging and the server serves on; a key file others may read, a missing
   half of the pair and a key of another certificate are refused at start.
+- a pack damaged while the server runs (experts read on demand, the trunk partly streamed): a request
+  whose answer needs a damaged expert record gets a 500 naming the shard, layer and expert (a stream: an
+  error event); every other request is answered with exactly the bytes of the undamaged pack; /health
+  says "degraded" and names the damage; a truncated trunk shard fails every request with a 500 naming
+  the tensor while /health and /metrics answer and SIGTERM exits 0.
 - --api-key-file and K3_API_KEY_FILE: the key works, is absent from /proc/PID/cmdline, from every
   line the server prints (at -v) and from its error answers; a key file others may read, an empty
   one, and both --api-key and --api-key-file are refused.
@@ -246,6 +251,91 @@ class DoorTiny(unittest.TestCase):
         rc, err = serve_fails(self.pack, ["--api-key-file", os.path.join(WORK, "no-such-file")])
         self.assertEqual(rc, 2, err)
         self.assertIn("no-such-file", err)
+
+
+class DoorDamage(unittest.TestCase):
+    BUDGET = "104M"                                   # tiny's minimum: 8 expert slots, part of the trunk streamed
+
+    @classmethod
+    def setUpClass(cls):
+        _, cls.pack = make_pack("tiny", 1)
+
+    def copy(self):
+        os.makedirs(WORK, exist_ok=True)
+        pack = os.path.join(WORK, "damaged.k3pack")
+        shutil.rmtree(pack, ignore_errors=True)
+        shutil.copytree(self.pack, pack)
+        return pack
+
+    @staticmethod
+    def prompts():
+        return [{"prompt": "word %d of the test" % i, "max_tokens": 2, "temperature": 0} for i in range(16)]
+
+    def test_damaged_expert(self):
+        srv = Server(self.pack, ["-t", "1", "--budget", self.BUDGET])
+        try:
+            want = [srv.post("/v1/completions", p) for p in self.prompts()]
+            self.assertTrue(all(st == 200 for st, _, _ in want))
+        finally:
+            self.assertEqual(srv.stop(), 0)
+        pack = self.copy()
+        srv = Server(pack, ["-t", "1", "--budget", self.BUDGET])
+        try:
+            self.assertEqual(srv.post("/v1/completions", self.prompts()[0])[0], 200)
+            with open(os.path.join(pack, "manifest.json")) as f:
+                layer = [x for x in json.load(f)["expert_layers"] if x["layer"] == 4][0]
+            at = layer["offset"] + 5 * layer["stride"] + layer["record_size"] // 2     # inside expert 5's record
+            with open(os.path.join(pack, "experts-layer-004.k3s"), "r+b") as f:
+                f.seek(at)
+                b = f.read(1)
+                f.seek(at)
+                f.write(bytes([b[0] ^ 0x10]))
+            failed = 0
+            for (want_st, _, want_body), p in zip(want, self.prompts()):
+                st, _, data = srv.post("/v1/completions", p)
+                if st == 200:                            # never text computed from the damaged bytes
+                    self.assertEqual(json.loads(data)["choices"], json.loads(want_body)["choices"])
+                else:
+                    failed += 1
+                    self.assertEqual(st, 500, data)
+                    msg = json.loads(data)["error"]["message"]
+                    for words in ("experts-layer-004.k3s", "layer 4 expert 5", "does not match"):
+                        self.assertIn(words, msg)
+            print("expert 5 of layer 4 damaged: %d of 16 requests failed, the rest answered as before" % failed)
+            self.assertGreater(failed, 0)
+            self.assertLess(failed, 16)
+            h = json.loads(srv.request("GET", "/health")[2])
+            self.assertEqual(h["status"], "degraded", h)
+            self.assertIn("layer 4 expert 5", h["damage"])
+            self.assertEqual(h["damage_errors"], failed)
+            self.assertEqual(metric(srv, "k3_pack_damage_errors_total"), failed)
+            bad = [p for (st, _, _), p in zip(want, self.prompts())
+                   if srv.post("/v1/completions", p)[0] == 500][0]
+            st, events, done = srv.stream("/v1/completions", bad)
+            self.assertEqual(st, 200)
+            self.assertIn("layer 4 expert 5", events[-1]["error"]["message"])
+            self.assertTrue(done)
+        finally:
+            self.assertEqual(srv.stop(), 0, srv.stderr())
+
+    def test_truncated_trunk(self):
+        pack = self.copy()
+        srv = Server(pack, ["-t", "1", "--budget", self.BUDGET])
+        try:
+            self.assertEqual(srv.post("/v1/completions", self.prompts()[0])[0], 200)
+            for name in sorted(os.listdir(pack)):
+                if name.startswith("trunk-layer-"):
+                    os.truncate(os.path.join(pack, name), 1000)
+            for p in self.prompts()[:3]:
+                st, _, data = srv.post("/v1/completions", p)
+                self.assertEqual(st, 500, data)
+                msg = json.loads(data)["error"]["message"]
+                self.assertIn("trunk-layer-", msg)
+                self.assertIn("tensor 'model.layers.", msg)
+            self.assertEqual(json.loads(srv.request("GET", "/health")[2])["status"], "degraded")
+            self.assertEqual(srv.request("GET", "/metrics")[0], 200)
+        finally:
+            self.assertEqual(srv.stop(), 0, srv.stderr())
 
 
 def make_cert(work, name, cn="127.0.0.1"):
