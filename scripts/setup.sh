@@ -14,15 +14,18 @@ set -eu
 # libedit-dev: line editing and history in `k3run chat` (BSD-licensed, Debian's editline);
 # libmicrohttpd-dev: the HTTP server of `k3run serve`; curl: the server's tests;
 # libopenmpi-dev + openmpi-bin: experts across MPI ranks (`mpirun -n R k3run`; k3 builds without them)
-PKGS="gcc make cmake pkg-config libzstd-dev libxxhash-dev libarchive-dev libjansson-dev
+# clang + libomp-dev (its OpenMP): the tree must build warning-free with it too (scripts/test.sh; the
+# fuzz targets need it);
+# openssl: the TLS test makes its certificate with it
+PKGS="gcc clang libomp-dev make cmake pkg-config libzstd-dev libxxhash-dev libarchive-dev libjansson-dev
       libpcre2-dev libedit-dev libmicrohttpd-dev libopenmpi-dev openmpi-bin curl python3 python3-numpy python3-regex python3-xxhash
-      zstd bc strace bible-kjv bible-kjv-text"
+      zstd bc strace openssl bible-kjv bible-kjv-text"
 if [ "${1:-}" = "--train" ]; then
     PKGS="$PKGS python3-torch libopenblas0-pthread"
 fi
-# optional: clang + libFuzzer runtime for the fuzz target; Chromium for the chat page's browser test
+# optional: the libFuzzer runtime for the fuzz targets; Chromium for the chat page's browser test
 # (serve.page). Each is skipped silently when it cannot be installed; its tests say they are skipped.
-OPTIONAL="clang libclang-rt-14-dev chromium"
+OPTIONAL="libclang-rt-14-dev chromium"
 # node + npm run the server's client tests (the official openai SDK, playwright-core driving Chromium)
 command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || OPTIONAL="$OPTIONAL nodejs npm"
 

@@ -15,6 +15,9 @@ echo "== build (Release, -Werror) and run all tests"
 ./scripts/build.sh build
 (cd build && ctest --output-on-failure -j "$jobs")
 
+echo "== build with clang (-Werror; at -O0: its warnings are the point, the tests ran on gcc's build)"
+CC=clang ./scripts/build.sh build-clang -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG=-O0
+
 echo "== build (ASan + UBSan, without MPI) and run the whole suite again"
 # without MPI: the second build is also k3 as it builds where Open MPI is not installed
 ./scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DK3_SANITIZE=ON -DK3_MPI=OFF
