@@ -6,7 +6,9 @@
      (its own timer, generate_seconds over the tokens after the first); aim >= 0.98;
   2. time to first token of a resent conversation of 4 and 16 turns: with the prompt cache (the
      server answered the conversation up to the last question just before) and without it (the
-     server answered something else just before: nothing of the conversation is held).
+     server answered something else just before: nothing of the conversation is held);
+  3. TLS: the same streamed completion over HTTPS (--tls-cert/--tls-key, a certificate made with
+     openssl) against plain HTTP, the two servers asked in turn; aim >= 0.98.
 
 Usage: tests/bench/bench_serve.py [--pack PACK ...] [--bin build/bin] [--tokens 256] [--rounds 3]
 Prints Markdown tables (docs/PERFORMANCE.md, "k3run serve") and one JSON line per measurement."""
@@ -15,9 +17,11 @@ import argparse
 import http.client
 import json
 import os
+import ssl
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 SRC = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -26,9 +30,11 @@ PROMPT = "In the beginning God created the heaven and the earth. And the earth w
 QUESTIONS = ["Quote Genesis %d:1." % i for i in range(1, 40)]
 
 
-def stream_times(host, port, path, body):
-    """(seconds to the first content chunk, seconds of the last chunk, chunks with text, last event)"""
-    c = http.client.HTTPConnection(host, port, timeout=600)
+def stream_times(host, port, path, body, ctx=None):
+    """(seconds to the first content chunk, seconds of the last chunk, chunks with text, last event);
+    ctx: an ssl context (HTTPS)"""
+    c = http.client.HTTPSConnection(host, port, timeout=600, context=ctx) if ctx else \
+        http.client.HTTPConnection(host, port, timeout=600)
     t0 = time.perf_counter()
     c.request("POST", path, body=json.dumps(dict(body, stream=True, stream_options={"include_usage": True})),
               headers={"Content-Type": "application/json"})
@@ -107,6 +113,34 @@ def ttft(host, port, turns, rounds):
     return out
 
 
+def tls(pack, ntok, rounds, threads):
+    """Streamed tokens/s over HTTPS / over plain HTTP, each round asking both servers in turn."""
+    from servelib import Server
+    d = tempfile.mkdtemp(prefix="k3-bench-tls-")
+    cert, key = os.path.join(d, "cert.pem"), os.path.join(d, "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                    "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", key, "-out", cert], check=True, capture_output=True)
+    os.chmod(key, 0o600)
+    ctx = ssl.create_default_context(cafile=cert)
+    plain = Server(pack, ["-t", str(threads), "--queue", "1"])
+    secure = Server(pack, ["-t", str(threads), "--queue", "1", "--tls-cert", cert, "--tls-key", key], ca=cert)
+    ratios = []
+    try:
+        for _ in range(rounds):
+            body = {"prompt": PROMPT, "max_tokens": ntok, "temperature": 0}
+            f, l, n, u = stream_times(plain.host, plain.port, "/v1/completions", body)
+            p = (u["usage"]["completion_tokens"] - 1) / (l - f)
+            f, l, n, u = stream_times(secure.host, secure.port, "/v1/completions", body, ctx)
+            t = (u["usage"]["completion_tokens"] - 1) / (l - f)
+            ratios.append((p, t, t / p))
+            print(json.dumps({"bench": "serve_tls", "pack": pack, "plain_tok_s": p, "tls_tok_s": t}))
+    finally:
+        plain.stop()
+        secure.stop()
+    return ratios
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pack", action="append", help="packs (default: k3-kjv packed under /tmp/k3-bench-serve)")
@@ -139,6 +173,12 @@ def main():
             srv.stop()
     print("|---|---|---|---|---|---|---|---|")
     print("\n".join(table))
+    print()
+    r = tls(packs[0], a.tokens, max(a.rounds, 5), a.threads)
+    print("| pack | plain HTTP tok/s (streamed) | HTTPS tok/s | ratio (median of %d rounds) |" % len(r))
+    print("|---|---|---|---|")
+    print("| %s | %.1f | %.1f | **%.3f** |" % (os.path.basename(packs[0]), statistics.median(x[0] for x in r),
+                                             statistics.median(x[1] for x in r), statistics.median(x[2] for x in r)))
     print()
     print("| conversation | prompt tokens | time to first token, nothing cached | cached | tokens from the cache |")
     print("|---|---|---|---|---|")
