@@ -12,6 +12,7 @@
 #include <jansson.h>
 
 #include "engine.h"                   /* --plan: the engine's planner */
+#include "k3_version.h"
 #include "k3_error.h"
 #include "k3_log.h"
 #include "k3_opts.h"
@@ -346,7 +347,7 @@ int main(int argc, char **argv)
         return K3_EXIT_OK;
     }
     if (k3_opt_count(&a, K3_OPT_VERSION)) {
-        printf("%s %s\n", k3_log_prog(), K3_VERSION);
+        k3_version_print(stdout, k3_log_prog());
         return K3_EXIT_OK;
     }
     if (a.n_pos != 1)

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "k3_version.h"
 #include "k3_ckpt_check.h"
 #include "k3_log.h"
 #include "k3_opts.h"
@@ -108,8 +109,8 @@ int main(int argc, char **argv)
         return K3_EXIT_OK;
     }
     if (k3_opt_count(&a, K3_OPT_VERSION)) {
-        printf("k3pack %s (pack format %d; %d with --experts-in-place)\n", K3_VERSION, K3_PACK_VERSION,
-               K3_PACK_VERSION_MAX);
+        k3_version_print(stdout, "k3pack");
+        printf("pack format %d; %d with --experts-in-place\n", K3_PACK_VERSION, K3_PACK_VERSION_MAX);
         return K3_EXIT_OK;
     }
     int json = k3_opt_count(&a, O_JSON) > 0, dry = k3_opt_count(&a, O_DRY) > 0;

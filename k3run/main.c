@@ -309,7 +309,7 @@ int main(int argc, char **argv)
         return K3_EXIT_OK;
     }
     if (k3_opt_count(&a, K3_OPT_VERSION)) {
-        printf("%s %s\n", k3_log_prog(), K3_VERSION);
+        k3_cli_version(k3_serve_tls_line());
         return K3_EXIT_OK;
     }
     if (a.n_pos) return k3_usage_error("unexpected argument '%s' (the pack is given with -m)", a.pos[0]);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "k3_version.h"
 #include "k3_error.h"
 #include "k3_log.h"
 #include "k3_opts.h"
@@ -81,7 +82,7 @@ int main(int argc, char **argv)
         return K3_EXIT_OK;
     }
     if (k3_opt_count(&a, K3_OPT_VERSION)) {
-        printf("%s %s\n", k3_log_prog(), K3_VERSION);
+        k3_version_print(stdout, k3_log_prog());
         return K3_EXIT_OK;
     }
     k3v_pack_opts po = {0};

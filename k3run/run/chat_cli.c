@@ -137,7 +137,7 @@ int k3_chat_main(int argc, char **argv)
         free(app.stops);
         return K3_EXIT_OK;
     }
-    if (k3_opt_count(&a, K3_OPT_VERSION)) { printf("%s %s\n", k3_log_prog(), K3_VERSION); free(app.stops); return 0; }
+    if (k3_opt_count(&a, K3_OPT_VERSION)) { k3_cli_version(NULL); free(app.stops); return 0; }
     rc = k3_chat_configure(&app, &a);
     if (!rc) rc = k3_chat_start(&app);
     if (!rc) rc = app.prompt || app.messages_file ? k3_chat_once(&app) : k3_chat_repl(&app);

@@ -12,11 +12,14 @@
 
 #include <jansson.h>
 
+#include "dist.h"
 #include "engine.h"
 #include "k3_file.h"
 #include "k3_hash.h"
 #include "k3_log.h"
 #include "k3_manifest.h"
+#include "k3_version.h"
+#include "kern.h"
 #include "sampler.h"
 
 int k3_cli_u32(const k3_args *a, int id, uint64_t def, uint64_t lo, uint64_t hi, const char *name, uint32_t *out)
@@ -195,4 +198,16 @@ int k3_cli_gen_defaults(const char *pack, k3_sampler_opts *so, const char **from
     }
     json_decref(doc);
     return rc;
+}
+
+void k3_cli_version(const char *extra)
+{
+    k3_version_print(stdout, k3_log_prog());
+    printf("kernels: scalar, avx2, avx512 (this CPU:");
+    for (int i = 0; i < K3_ISA__COUNT; i++)
+        if (k3_isa_supported((k3_isa)i)) printf(" %s", k3_isa_name((k3_isa)i));
+    printf("; used: %s unless K3_ISA says otherwise)\n", k3_isa_name(k3_isa_best()));
+    printf("MPI: %s\n", k3_dist_built() ? "yes (mpirun -n R k3run ...: experts spread over the ranks)"
+                                         : "no (this build refuses to run under mpirun)");
+    if (extra) printf("%s\n", extra);
 }

@@ -13,6 +13,10 @@
 #include "k3_error.h"
 #include "k3_opts.h"
 
+/* --version of k3run and its subcommands: the version and commit, the kernels' paths (and this CPU's),
+   MPI, and extra (a line, or NULL). */
+void k3_cli_version(const char *extra);
+
 int k3_cli_u32(const k3_args *a, int id, uint64_t def, uint64_t lo, uint64_t hi, const char *name, uint32_t *out);
 /* -b, --batch auto|N: *out K3_BATCH_AUTO (the default: plan.h chooses) or N in 1..K3_BATCH_MAX. */
 int k3_cli_batch(const k3_args *a, int id, uint32_t *out);

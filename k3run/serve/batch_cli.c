@@ -353,7 +353,7 @@ int k3_batch_main(int argc, char **argv)
                      N_OPTS, footer);
         return K3_EXIT_OK;
     }
-    if (k3_opt_count(&a, K3_OPT_VERSION)) { printf("%s %s\n", k3_log_prog(), K3_VERSION); return 0; }
+    if (k3_opt_count(&a, K3_OPT_VERSION)) { k3_cli_version(NULL); return 0; }
     if (a.n_pos != 1) return k3_usage_error(a.n_pos ? "one input file, not %d" : "no input: give IN.jsonl", a.n_pos);
     b.in_path = a.pos[0];
     if (!(b.out_path = k3_opt_str(&a, OPT_OUT))) return k3_usage_error("no output: give -o OUT.jsonl");

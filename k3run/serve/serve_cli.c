@@ -225,7 +225,7 @@ int k3_serve_main(int argc, char **argv)
                      N_OPTS, footer);
         return K3_EXIT_OK;
     }
-    if (k3_opt_count(&a, K3_OPT_VERSION)) { printf("%s %s\n", k3_log_prog(), K3_VERSION); return 0; }
+    if (k3_opt_count(&a, K3_OPT_VERSION)) { k3_cli_version(k3_serve_tls_line()); return 0; }
     if ((rc = configure(&s, &a))) return rc;
     /* every thread made from here on (HTTP, OpenMP, readers) leaves SIGTERM and SIGINT to `signals` */
     sigset_t set;
@@ -263,4 +263,12 @@ int k3_serve_main(int argc, char **argv)
     free(s.tls_key);
     free(s.tls_cert);
     return rc;
+}
+
+const char *k3_serve_tls_line(void)
+{
+    static char line[160];
+    snprintf(line, sizeof line, "HTTPS: %s (k3run serve --tls-cert; libmicrohttpd %s)",
+             MHD_is_feature_supported(MHD_FEATURE_TLS) == MHD_YES ? "yes" : "no", MHD_get_version());
+    return line;
 }

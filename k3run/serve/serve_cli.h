@@ -9,4 +9,7 @@ int k3_serve_main(int argc, char **argv);
 /* `k3run batch` (batch_cli.c): a file of Batch API requests through the same slots. */
 int k3_batch_main(int argc, char **argv);
 
+/* --version's line about HTTPS: libmicrohttpd's version and whether it has TLS. */
+const char *k3_serve_tls_line(void);
+
 #endif
