@@ -134,6 +134,8 @@ void k3v_pack_summary(k3v_report *r, const k3v_pack_opts *o, uint32_t n_sel, uin
 int k3v_verify_pack(const char *dir, const k3v_pack_opts *o, k3v_report *r);
 
 /* Validate a safetensors checkpoint against its config.json; returns the exit code. */
-int k3v_verify_checkpoint(const char *path, k3v_report *r);
+/* sums: a SUMS file of SHA-256s (NULL: none; a Hugging Face cache snapshot's own hashes are used anyway);
+   threads: files hashed at once. */
+int k3v_verify_checkpoint(const char *path, const char *sums, int threads, k3v_report *r);
 
 #endif

@@ -14,7 +14,7 @@
 #include "k3_opts.h"
 #include "k3verify.h"
 
-enum { OPT_QUICK = K3_OPT_USER, OPT_SUBSET, OPT_JSON, OPT_THREADS, OPT_CHECKPOINT };
+enum { OPT_QUICK = K3_OPT_USER, OPT_SUBSET, OPT_JSON, OPT_THREADS, OPT_CHECKPOINT, OPT_SHA256 };
 
 static const k3_opt opts[] = {
     {OPT_QUICK, 0, "quick", NULL, NULL, NULL,
@@ -24,9 +24,12 @@ static const k3_opt opts[] = {
      "(in-place packs) whose index j in checkpoint_files has j % T == N-1; the manifest, the listing, the "
      "tokenizer files and the checkpoint files' sizes and headers are always checked"},
     {OPT_JSON, 0, "json", NULL, NULL, NULL, "write JSON Lines on stdout instead of check lines"},
-    {OPT_THREADS, 't', "threads", "N", "1", "K3_THREADS", "verify N shards in parallel (output keeps manifest order)"},
+    {OPT_THREADS, 't', "threads", "N", "1", "K3_THREADS", "verify N shards (or hash N checkpoint files) in parallel; the output keeps its order"},
     {OPT_CHECKPOINT, 0, "checkpoint", "DIR", NULL, NULL,
      "check a safetensors checkpoint (directory or file) against its config.json instead of a pack"},
+    {OPT_SHA256, 0, "sha256", "SUMS", NULL, NULL,
+     "with --checkpoint: check every file against the SHA-256 in SUMS (as sha256sum writes it); a Hugging Face "
+     "cache snapshot is checked against its blobs' names without it"},
     K3_OPTS_COMMON,
 };
 #define N_OPTS ((int)(sizeof opts / sizeof opts[0]))
@@ -108,10 +111,11 @@ int main(int argc, char **argv)
     const char *ckpt = k3_opt_str(&a, OPT_CHECKPOINT);
     if (ckpt) {
         if (a.n_pos) return k3_usage_error("--checkpoint DIR takes no other argument");
-        if (po.quick || subset || k3_opt_count(&a, OPT_THREADS))
-            return k3_usage_error("--quick, --subset and --threads apply to packs, not to --checkpoint");
-        return k3v_verify_checkpoint(ckpt, &r);
+        if (po.quick || subset)
+            return k3_usage_error("--quick and --subset apply to packs, not to --checkpoint");
+        return k3v_verify_checkpoint(ckpt, k3_opt_str(&a, OPT_SHA256), po.threads, &r);
     }
+    if (k3_opt_str(&a, OPT_SHA256)) return k3_usage_error("--sha256 SUMS goes with --checkpoint DIR");
     if (a.n_pos != 1) return k3_usage_error("%s", a.n_pos ? "expected one PACK directory" : "missing PACK directory");
     return k3v_verify_pack(a.pos[0], &po, &r);
 }

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "k3_ckpt_check.h"
+#include "k3_download.h"
 #include "k3_config.h"
 #include "k3_error.h"
 #include "k3_log.h"
@@ -35,6 +36,8 @@ static void dtype_shape(int dtype, int rank, const uint64_t *shape, char *out, s
 
 typedef struct ck_counts {
     size_t missing, mismatch, unexpected, skipped, expected;
+    size_t download_checked, download_bad;   /* files checked against the publisher's hashes, and failed */
+    const char *download_what;               /* against what (NULL: not checked) */
 } ck_counts;
 
 /* One line per problem, in the expected (forward) order, then the unexpected tensors. */
@@ -91,6 +94,77 @@ static void report_tensors(const k3_st_ckpt *ck, const k3_config *cfg, const k3_
     }
 }
 
+/* The files k3pack reads besides the .safetensors: checked too when a hash of them is known. */
+static const char *const side_files[] = {"config.json", "model.safetensors.index.json", "tiktoken.model",
+                                         "tokenizer_config.json", "generation_config.json"};
+#define N_SIDE ((int)(sizeof side_files / sizeof side_files[0]))
+
+/* Each file read once against the publisher's hash (threads files at once; lines in name order). Files
+   with no known hash: every .safetensors must have one when a SUMS file is given. Returns the files
+   checked. */
+static size_t check_download(const k3_st_ckpt *ck, const k3_dl *dl, int threads, k3v_report *r, ck_counts *n)
+{
+    size_t nf = ck->n_files + N_SIDE;
+    const char **path = calloc(nf + 1, sizeof *path);     /* [nf] */
+    const char **name = calloc(nf + 1, sizeof *name);     /* [nf] */
+    k3_diag *res = calloc(nf + 1, sizeof *res);          /* [nf] code K3_OK, or what went wrong */
+    int *kind = calloc(nf + 1, sizeof *kind);            /* [nf] 0 nothing to check, 1 checked, 2 not covered */
+    char (*side)[4096] = calloc(N_SIDE, sizeof *side);   /* [N_SIDE] side files' paths */
+    size_t checked = 0;
+    if (!path || !name || !res || !kind || !side) {
+        k3_error("out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < ck->n_files; i++) {
+        path[i] = ck->files[i].path;
+        name[i] = ck->files[i].name;
+    }
+    for (int j = 0; j < N_SIDE; j++) {
+        struct stat st;
+        snprintf(side[j], sizeof side[j], "%s/%s", ck->dir ? ck->dir : ".", side_files[j]);
+        if (stat(side[j], &st) == 0) {
+            path[ck->n_files + (size_t)j] = side[j];
+            name[ck->n_files + (size_t)j] = side_files[j];
+        }
+    }
+    for (size_t i = 0; i < nf; i++) {
+        if (!path[i]) continue;
+        if (k3_dl_find(dl, name[i])) kind[i] = 1;
+        else if (dl->sums && i < ck->n_files) kind[i] = 2;
+    }
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+    for (size_t i = 0; i < nf; i++)
+        if (kind[i] == 1) k3_dl_hash_file(path[i], k3_dl_find(dl, name[i]), NULL, NULL, &res[i]);
+    for (size_t i = 0; i < nf; i++) {
+        if (!kind[i]) continue;
+        k3v_item it;
+        char label[300];
+        snprintf(label, sizeof label, r->json ? "%s" : "%s (download)", name[i]);
+        k3v_item_init(&it, "download", label);
+        if (kind[i] == 2) {
+            k3v_add(&it, K3V_MISSING, "no line for it in '%s': its download cannot be checked", dl->sums);
+            n->download_bad++;
+        } else if (res[i].code) {
+            k3v_add(&it, res[i].code == K3_ERR_CORRUPT ? K3V_HASH : K3V_IO, "%s", res[i].msg);
+            n->download_bad++;
+            checked++;
+        } else {
+            const k3_dl_want *w = k3_dl_find(dl, name[i]);
+            it.note = w->kind == K3_DL_SHA256 ? "SHA-256 as published" : "git blob SHA-1 as published";
+            checked++;
+        }
+        k3v_report_item(r, &it);
+        k3v_item_free(&it);
+    }
+out:
+    free(path);
+    free(name);
+    free(res);
+    free(kind);
+    free(side);
+    return checked;
+}
+
 static void summary(const char *path, const k3_st_ckpt *ck, const ck_counts *n, int config_ok, k3v_report *r)
 {
     int code = k3v_exit_code(r);
@@ -108,23 +182,31 @@ static void summary(const char *path, const k3_st_ckpt *ck, const ck_counts *n, 
         k3v_json_field_u64(r, "mismatch", n->mismatch);
         k3v_json_field_u64(r, "unexpected", n->unexpected);
         k3v_json_field_u64(r, "skipped", n->skipped);
+        k3v_json_field_u64(r, "download_checked", n->download_checked);
+        k3v_json_field_u64(r, "download_failed", n->download_bad);
         k3v_json_end(r);
     }
+    if (ck && !n->download_what && k3_log_level() >= K3_LOG_NORMAL)
+        fprintf(stderr, "%s: the download itself was not checked: no --sha256 SUMS, and '%s' is not a Hugging Face "
+                "cache snapshot (its files are not links to blobs named by their hashes)\n", k3_log_prog(), esc);
+    else if (ck && k3_log_level() >= K3_LOG_NORMAL)
+        fprintf(stderr, "%s: download: %zu files checked against %s, %zu failed\n", k3_log_prog(),
+                n->download_checked, n->download_what, n->download_bad);
     if (code == 0) {
         if (k3_log_level() >= K3_LOG_NORMAL)
             fprintf(stderr, "%s: checkpoint '%s' matches its config: %zu tensors in %zu files (%zu vision tensors "
                     "skipped)\n", k3_log_prog(), esc, ck->n_tensors, ck->n_files, n->skipped);
     } else if (ck && config_ok) {
         fprintf(stderr, "%s: checkpoint '%s' FAILED: %zu missing, %zu wrong dtype or shape, %zu unexpected (of %zu "
-                "expected tensors; %zu vision tensors skipped)\n", k3_log_prog(), esc, n->missing, n->mismatch,
-                n->unexpected, n->expected, n->skipped);
+                "expected tensors; %zu vision tensors skipped); %zu files not as published\n", k3_log_prog(), esc,
+                n->missing, n->mismatch, n->unexpected, n->expected, n->skipped, n->download_bad);
     } else {
         fprintf(stderr, "%s: checkpoint '%s' FAILED\n", k3_log_prog(), esc);
     }
     free(esc);
 }
 
-int k3v_verify_checkpoint(const char *path, k3v_report *r)
+int k3v_verify_checkpoint(const char *path, const char *sums, int threads, k3v_report *r)
 {
     struct stat st;
     ck_counts n = {0};
@@ -149,6 +231,14 @@ int k3v_verify_checkpoint(const char *path, k3v_report *r)
         return k3v_exit_code(r);
     }
     for (size_t i = 0; i < ck.n_warnings; i++) k3_warn("%s", ck.warnings[i]);
+    k3_dl dl;
+    char what[4400];
+    if ((e = k3_dl_load(&dl, ck.dir, sums, &d))) {
+        k3_error("%s", d.msg);
+        k3_st_close(&ck);
+        return e == K3_ERR_NOMEM || e == K3_ERR_IO ? K3_EXIT_IO : e == K3_ERR_NOT_FOUND ? K3_EXIT_USAGE : K3_EXIT_DATA;
+    }
+    n.download_what = k3_dl_what(&dl, what, sizeof what);
     for (size_t i = 0; i < ck.n_files; i++) {      /* each passed the strict reader */
         k3v_item it;
         k3v_item_init(&it, "file", ck.files[i].name);
@@ -185,6 +275,8 @@ int k3v_verify_checkpoint(const char *path, k3v_report *r)
         k3_ckpt_match_free(&m);
         k3_xlist_free(&xl);
     }
+    if (n.download_what) n.download_checked = check_download(&ck, &dl, threads, r, &n);
+    k3_dl_free(&dl);
     summary(path, &ck, &n, config_ok, r);
     k3_st_close(&ck);
     return k3v_exit_code(r);

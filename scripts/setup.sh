@@ -16,9 +16,9 @@ set -eu
 # libopenmpi-dev + openmpi-bin: experts across MPI ranks (`mpirun -n R k3run`; k3 builds without them)
 # clang + libomp-dev (its OpenMP): the tree must build warning-free with it too (scripts/test.sh; the
 # fuzz targets need it);
-# openssl: the TLS test makes its certificate with it
+# openssl: the TLS test makes its certificate with it; nettle-dev: SHA-256 of downloaded checkpoints
 PKGS="gcc clang libomp-dev make cmake pkg-config libzstd-dev libxxhash-dev libarchive-dev libjansson-dev
-      libpcre2-dev libedit-dev libmicrohttpd-dev libopenmpi-dev openmpi-bin curl python3 python3-numpy python3-regex python3-xxhash
+      libpcre2-dev libedit-dev libmicrohttpd-dev nettle-dev libopenmpi-dev openmpi-bin curl python3 python3-numpy python3-regex python3-xxhash
       zstd bc strace openssl bible-kjv bible-kjv-text"
 if [ "${1:-}" = "--train" ]; then
     PKGS="$PKGS python3-torch libopenblas0-pthread"
