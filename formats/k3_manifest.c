@@ -166,6 +166,27 @@ k3_err k3_manifest_dump(const k3_manifest *m, char **text, size_t *len, k3_diag 
         json_array_append_new(skipped, o);
     }
     json_object_set_new(root, "skipped", skipped);
+    if (m->have_download) {                      /* optional: which download the pack came from */
+        json_t *dl = json_object(), *dfiles = json_array();
+        json_object_set_new(dl, "checked_against", m->download_checked ? json_string(m->download_checked)
+                                                                        : json_null());
+        for (uint32_t i = 0; i < m->n_src_files; i++) {
+            char hex[65];
+            static const char hx[] = "0123456789abcdef";
+            for (int k = 0; k < 32; k++) {
+                hex[2 * k] = hx[m->src_files[i].sha256[k] >> 4];
+                hex[2 * k + 1] = hx[m->src_files[i].sha256[k] & 15];
+            }
+            hex[64] = 0;
+            json_t *o = json_object();
+            json_object_set_new(o, "name", json_string(m->src_files[i].name));
+            json_object_set_new(o, "size", json_integer((json_int_t)m->src_files[i].size));
+            json_object_set_new(o, "sha256", json_string(hex));
+            json_array_append_new(dfiles, o);
+        }
+        json_object_set_new(dl, "files", dfiles);
+        json_object_set_new(root, "download", dl);
+    }
     /* last: the self-checksum, its digits filled in by k3_manifest_seal */
     json_object_set_new(root, K3_MANIFEST_SUM_KEY, json_string("0000000000000000"));
 
@@ -790,6 +811,34 @@ k3_err k3_manifest_parse(const char *text, size_t len, const char *path, k3_mani
         if ((e = get_str(&c, o, "name", where, &m->skipped[i].name)) ||
             (e = get_str(&c, o, "reason", where, &m->skipped[i].reason))) goto out;
     }
+    if ((v = json_object_get(root, "download"))) {     /* optional (FORMAT.md 5) */
+        if (!json_is_object(v)) { e = JBAD(&c, "download: expected an object"); goto out; }
+        json_t *ca = json_object_get(v, "checked_against");
+        if (ca && !json_is_null(ca) && (e = get_str(&c, v, "checked_against", "download", &m->download_checked)))
+            goto out;
+        m->have_download = 1;
+        if ((e = get_array(&c, v, "files", &arr, &m->n_src_files))) goto out;
+        m->src_files = calloc(m->n_src_files + 1, sizeof *m->src_files);
+        if (!m->src_files) { e = k3_fail(d, K3_ERR_NOMEM, "out of memory"); goto out; }
+        for (uint32_t i = 0; i < m->n_src_files; i++) {
+            json_t *o = json_array_get(arr, i);
+            snprintf(where, sizeof where, "download.files[%u]", i);
+            if (!json_is_object(o)) { e = JBAD(&c, "%s: expected an object", where); goto out; }
+            char *hex = NULL;
+            if ((e = get_str(&c, o, "name", where, &m->src_files[i].name)) ||
+                (e = get_u64(&c, o, "size", where, &m->src_files[i].size)) ||
+                (e = get_str(&c, o, "sha256", where, &hex))) goto out;
+            int ok = strlen(hex) == 64;
+            for (int k = 0; ok && k < 64; k++) {
+                int ch = hex[k], x = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+                if (x < 0) ok = 0;
+                else if (k % 2) m->src_files[i].sha256[k / 2] |= (uint8_t)x;
+                else m->src_files[i].sha256[k / 2] = (uint8_t)(x << 4);
+            }
+            free(hex);
+            if (!ok) { e = JBAD(&c, "%s.sha256: expected 64 lowercase hex digits", where); goto out; }
+        }
+    }
 out:
     free(tend);
     free(xof);
@@ -841,5 +890,8 @@ void k3_manifest_free(k3_manifest *m)
     free(m->tensors);
     free(m->expert_layers);
     free(m->skipped);
+    for (uint32_t i = 0; m->src_files && i < m->n_src_files; i++) free(m->src_files[i].name);
+    free(m->src_files);
+    free(m->download_checked);
     memset(m, 0, sizeof *m);
 }

@@ -106,6 +106,14 @@ typedef struct k3_mf_skipped {
     char *reason;
 } k3_mf_skipped;
 
+/* A file of the checkpoint the pack was made from, with its SHA-256 as k3pack read it (FORMAT.md 5:
+   "download"): which download a pack came from. */
+typedef struct k3_mf_srcfile {
+    char *name;
+    uint64_t size;
+    uint8_t sha256[32];
+} k3_mf_srcfile;
+
 typedef struct k3_manifest {
     int format_version;
     char *generator;
@@ -122,6 +130,12 @@ typedef struct k3_manifest {
     k3_mf_tensor *tensors;
     k3_mf_experts *expert_layers;
     k3_mf_skipped *skipped;
+    /* optional ("download"): the checkpoint's files and their SHA-256, and what they were checked
+       against (NULL: nothing, the download was not checked) */
+    k3_mf_srcfile *src_files;       /* [n_src_files] */
+    uint32_t n_src_files;
+    int have_download;              /* the manifest has the "download" object */
+    char *download_checked;
 } k3_manifest;
 
 /*

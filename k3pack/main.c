@@ -21,7 +21,7 @@
 #include "k3_sys.h"
 #include "pack.h"
 
-enum { O_OUT = K3_OPT_USER, O_EXPERTS, O_TRUNK, O_IN_PLACE, O_DRY, O_JSON, O_THREADS, O_FORCE };
+enum { O_OUT = K3_OPT_USER, O_EXPERTS, O_TRUNK, O_IN_PLACE, O_DRY, O_JSON, O_THREADS, O_FORCE, O_SHA256 };
 
 static const k3_opt opts[] = {
     {O_OUT, 'o', "output", "PACK", NULL, NULL, "output directory (created if missing)"},
@@ -36,7 +36,10 @@ static const k3_opt opts[] = {
      "record there (format 3; a directory source only; the checkpoint must stay)"},
     {O_DRY, 'n', "dry-run", NULL, NULL, NULL, "validate the input and print the plan; write nothing"},
     {O_JSON, 0, "json", NULL, NULL, NULL, "JSON Lines records on stdout (plan, shards, summary)"},
-    {O_THREADS, 't', "threads", "N", "1", "K3_THREADS", "shards written in parallel (directory input)"},
+    {O_THREADS, 't', "threads", "N", "1", "K3_THREADS", "checkpoint files read in parallel (directory input)"},
+    {O_SHA256, 0, "sha256", "SUMS", NULL, NULL,
+     "check each checkpoint file against its SHA-256 in SUMS (as sha256sum writes it) as it is read for "
+     "packing; a Hugging Face cache snapshot is checked against its blobs' names without it"},
     {O_FORCE, 'f', "force", NULL, NULL, NULL, "replace a finished pack in PACK"},
     K3_OPTS_COMMON,
 };
@@ -54,7 +57,45 @@ static const char usage_footer[] =
     "With --experts-in-place the pack needs only the trunk's disk space (Kimi K3: 108 GB beside the 1.56 TB\n"
     "checkpoint) and links to the checkpoint as PACK/checkpoint; nothing in the checkpoint is changed, and\n"
     "every record is hash-checked when it is read. If the checkpoint moves: ln -sfn NEWDIR PACK/checkpoint.\n"
+    "Every checkpoint file is read once, front to back, and its SHA-256 is computed on those bytes and\n"
+    "recorded in the manifest (which download the pack came from); with --sha256 SUMS, or from a Hugging\n"
+    "Face cache snapshot (.../snapshots/REV/, files linked to blobs named by their hashes), a file that is\n"
+    "not as published stops k3pack (exit 1, naming it) and nothing made from it is kept.\n"
     "\nExample:\n  k3pack ~/models/Kimi-K3 -o ~/packs/k3 && k3verify ~/packs/k3\n";
+
+/* The small files k3pack reads whole (config, index, tokenizer, sampling defaults): each checked
+   against its published hash when one is known, and recorded with its SHA-256. */
+static k3_err side_files(pk_writer *w, const k3_st_ckpt *ck, const k3_dl *dl, int *bad, k3_diag *d)
+{
+    static const char *const names[] = {"config.json", K3_ST_INDEX_NAME, "tiktoken.model", "tokenizer_config.json",
+                                        K3_GENCONFIG_NAME};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char path[4096];
+        struct stat st;
+        if (!ck->dir || k3_path_join(path, sizeof path, ck->dir, names[i], NULL) || stat(path, &st)) continue;
+        uint8_t sha[32];
+        uint64_t n;
+        k3_err e = k3_dl_hash_file(path, k3_dl_find(dl, names[i]), sha, &n, d);
+        if (e == K3_ERR_CORRUPT) *bad = 1;
+        if (e || (e = pk_add_src_file(w, names[i], n, sha, d))) return e;
+    }
+    return K3_OK;
+}
+
+/* An in-place pack reads expert records where they are: its download is checked in a pass of its own. */
+static k3_err in_place_files(pk_writer *w, const k3_st_ckpt *ck, const k3_dl *dl, int *bad, k3_diag *d)
+{
+    k3_info("--experts-in-place: checking the download first, in a read of its own (%zu files)", ck->n_files);
+    for (size_t i = 0; i < ck->n_files; i++) {
+        uint8_t sha[32];
+        uint64_t n;
+        k3_err e = pk_check_interrupt(d);
+        if (!e) e = k3_dl_hash_file(ck->files[i].path, k3_dl_find(dl, ck->files[i].name), sha, &n, d);
+        if (e == K3_ERR_CORRUPT) *bad = 1;
+        if (e || (e = pk_add_src_file(w, ck->files[i].name, n, sha, d))) return e;
+    }
+    return K3_OK;
+}
 
 static void on_signal(int sig)
 {
@@ -179,6 +220,29 @@ int main(int argc, char **argv)
         config_len = ck.config_len;
     }
 
+    /* 1b. what the download should hash to: the Hub cache's blob names, --sha256 SUMS */
+    k3_dl dl;
+    memset(&dl, 0, sizeof dl);
+    const char *sums = k3_opt_str(&a, O_SHA256);
+    char dl_what[4400];
+    const char *checked = NULL;
+    if ((e = k3_dl_load(&dl, archive ? NULL : ck.dir, sums, &d))) {
+        if (archive) pk_archive_close(&ar);
+        else k3_st_close(&ck);
+        return fail(e, &d, json);
+    }
+    checked = k3_dl_what(&dl, dl_what, sizeof dl_what);
+    if (!archive && sums)                        /* every weights file must be covered */
+        for (size_t i = 0; i < ck.n_files && !e; i++)
+            if (!k3_dl_find(&dl, ck.files[i].name))
+                e = k3_fail(&d, K3_ERR_USAGE, "'%s' has no line for '%s': its download cannot be checked", sums,
+                            ck.files[i].name);
+    if (e) {
+        k3_dl_free(&dl);
+        k3_st_close(&ck);
+        return fail(e, &d, json);
+    }
+
     /* 2. the plan, and (directory input) the full check before any output */
     pk_plan plan;
     int rc = K3_EXIT_OK;
@@ -235,6 +299,7 @@ int main(int argc, char **argv)
     }
     if (archive) pk_set_inputs(&w, ar.input.name[0] ? &ar.input : NULL, ar.input.name[0] ? 1 : 0);
     else pk_set_inputs(&w, inputs, n_inputs);
+    w.download_checked = checked;
     if (finished_journal) {
         /* killed after manifest.json, before the journal went: this is our pack, finished */
         if ((e = pk_finished_journal(&w, &d))) rc = fail(e, &d, json);
@@ -260,10 +325,25 @@ int main(int argc, char **argv)
         goto out_writer;
     }
 
-    /* 4. write */
+    /* 4. write: the side files checked (small, read again), then every weights file streamed, each
+       byte hashed on the way (an in-place pack reads its files in place: checked first, in a pass of
+       their own) */
+    int bad_download = 0;
+    if (!archive) e = side_files(&w, &ck, &dl, &bad_download, &d);
+    if (!e && in_place && dl.n) e = in_place_files(&w, &ck, &dl, &bad_download, &d);
     k3_progress_start(&w.prog, "k3pack", plan.src_bytes);
-    if (archive) e = pk_archive_pack(&ar, &w, &d);
-    else e = pk_pack_from_checkpoint(&w, &ck, inputs, (int)threads, &d);
+    if (e) {
+    } else if (archive) {
+        w.streamed = 1;
+        e = pk_archive_pack(&ar, &w, &dl, &d);
+        bad_download = ar.download_bad;
+    } else if (in_place) {
+        w.streamed = dl.n > 0;
+        e = pk_pack_from_checkpoint(&w, &ck, inputs, (int)threads, &d);
+    } else {
+        w.streamed = 1;
+        e = pk_pack_stream_ckpt(&w, &ck, &dl, (int)threads, &bad_download, &d);
+    }
     if (archive && !e) {
         for (int i = 0; i < PK_MAX_TOK; i++) {
             tok_data[i] = ar.tok_data[i];
@@ -276,6 +356,7 @@ int main(int argc, char **argv)
     k3_progress_end(&w.prog);
     if (e) {
         pk_writer_abort(&w);
+        if (bad_download) pk_writer_discard(&w);   /* nothing made from a damaged download stays */
         rc = fail(e, &d, json);
         if (e == K3_ERR_NOSPACE || pk_interrupted)
             k3_error("%u of %u shards are finished and kept in '%s' (its journal lists them); %srerun the same "
@@ -325,6 +406,12 @@ int main(int argc, char **argv)
                     out, plan.n_shards - plan.n_in_place, resumed,
                     k3_human_bytes((double)plan.total_bytes, hb, sizeof hb), el,
                     k3_human_bytes(el > 0 ? (double)plan.src_bytes / el : 0, hr, sizeof hr), n_skipped);
+            if (checked)
+                fprintf(stderr, "k3pack: the download was checked: every file's SHA-256 against %s\n", checked);
+            else
+                fprintf(stderr, "k3pack: the download itself was not checked (no --sha256 SUMS, not a Hugging Face "
+                        "cache snapshot); the pack records each file's SHA-256 as read, compare them with the "
+                        "publisher's: k3inspect --sources %s\n", out);
             if (plan.n_in_place) {
                 char hi[24];
                 fprintf(stderr, "k3pack: the experts of %u layers (%s) are read in place from '%s' (the link "
@@ -352,6 +439,7 @@ out_src:
     k3_ckpt_match_free(&match);
     if (archive) pk_archive_close(&ar);
     else k3_st_close(&ck);
+    k3_dl_free(&dl);
     free(inputs);
     if (pk_interrupted && rc != K3_EXIT_OK) {   /* die of the signal, as the shell expects (exit status 128 + n) */
         signal(pk_interrupted, SIG_DFL);

@@ -15,6 +15,7 @@
 #include <stdio.h>
 
 #include "k3_config.h"
+#include "k3_download.h"
 #include "k3_error.h"
 #include "k3_file.h"
 #include "k3_manifest.h"
@@ -136,6 +137,11 @@ typedef struct pk_writer {
     char config_fp[33];         /* the config + options part alone (to say what changed) */
     const struct pk_input *inputs;  /* [n_inputs] owned by the caller; NULL from stdin */
     size_t n_inputs;
+    /* the checkpoint's files as read, for the manifest's "download" (under lock) */
+    k3_mf_srcfile *src_files;   /* [n_src_files] names owned */
+    uint32_t n_src_files;
+    int streamed;               /* the source was read front to back: every file's SHA-256 is known */
+    const char *download_checked;   /* what they were checked against (NULL: nothing) */
 } pk_writer;
 
 /* Per-item state while its bytes arrive (in order, in chunks of any size). */
@@ -156,7 +162,8 @@ k3_err pk_shard_begin(pk_writer *w, uint32_t s, k3_diag *d);
 /* Feed the bytes of one item: begin, data (any chunking), end. */
 k3_err pk_feed_begin(pk_feed *f, const pk_item *it, k3_diag *d);
 k3_err pk_feed_data(pk_writer *w, pk_feed *f, const uint8_t *buf, size_t n, k3_diag *d);
-k3_err pk_feed_end(pk_writer *w, pk_feed *f, k3_diag *d);
+/* *last (may be NULL): 1 when this was the shard's last item (its caller finishes the shard). */
+k3_err pk_feed_end(pk_writer *w, pk_feed *f, int *last, k3_diag *d);
 void pk_feed_free(pk_feed *f);
 /* Hash the finished temporary file, commit it under its name, journal it. */
 k3_err pk_shard_finish(pk_writer *w, uint32_t s, k3_diag *d);
@@ -212,6 +219,49 @@ k3_err pk_finish_pack(pk_writer *w, const char *const *tok_names, char *const *t
 
 /* ---------------------------------------------------------------- sources */
 
+/* Streaming a safetensors file front to back (pack_stream.c): the archive's entries and, file by
+   file (several at once with --threads), a checkpoint directory. */
+typedef struct pk_stream {
+    pk_writer *w;
+    const char *src;            /* for messages: the archive, or the checkpoint */
+    uint32_t *seen_entry;       /* [n_items] the entry (1..) each item came from; NULL: not tracked */
+    char ***skipped;            /* vision tensors met (archive); NULL: not collected */
+    size_t *n_skipped;
+} pk_stream;
+
+typedef struct pk_entry {
+    const char *name;           /* the file's name, for messages */
+    uint64_t size, pos;         /* its size, bytes consumed */
+    uint32_t entry_no;          /* 1.. (pk_stream.seen_entry) */
+    uint8_t *hdr;               /* [8 + N] header bytes */
+    size_t hdr_fill, hdr_need;
+    k3_st_header h;             /* parsed header, tensors sorted by begin */
+    int parsed;
+    size_t ti;                  /* current tensor */
+    pk_item *cur;               /* its item, NULL = skip its bytes */
+    pk_feed feed;
+    int feeding;
+    k3_dl_hash sha;             /* SHA-256 of every byte so far */
+    const k3_dl_want *want;     /* what it should hash to (NULL: nothing known) */
+} pk_entry;
+
+void pk_entry_begin(pk_entry *es, const char *name, uint64_t size, uint32_t entry_no, const k3_dl_want *want);
+k3_err pk_entry_data(pk_stream *st, pk_entry *es, const uint8_t *p, size_t n, k3_diag *d);
+/* The file ended: complete, and its SHA-256 (into sha256) is what want says (K3_ERR_CORRUPT naming path). */
+k3_err pk_entry_end(pk_stream *st, pk_entry *es, const char *path, uint8_t sha256[32], k3_diag *d);
+void pk_entry_free(pk_entry *es);
+/* A file's name, size and SHA-256 for the manifest's "download" (takes w->lock). */
+k3_err pk_add_src_file(pk_writer *w, const char *name, uint64_t size, const uint8_t sha256[32], k3_diag *d);
+/* The download failed its check: every shard this run finished and the journal go (pack_journal.c),
+   so nothing made from the damaged file remains; a rerun after the download is fixed starts over. */
+void pk_writer_discard(pk_writer *w);
+
+/* Stream every file of a checkpoint directory into the pack (pack_source_dir.c), threads files at
+   once, each checked against dl's hash for it as it is read (dl may be NULL); *bad_download set when
+   one was not as published. */
+k3_err pk_pack_stream_ckpt(pk_writer *w, const k3_st_ckpt *ck, const k3_dl *dl, int threads, int *bad_download,
+                           k3_diag *d);
+
 /* Copy every planned tensor from an opened checkpoint (directory or file). */
 k3_err pk_pack_from_checkpoint(pk_writer *w, const k3_st_ckpt *ck, const pk_input *in, int threads,
                                 k3_diag *d);
@@ -239,14 +289,18 @@ typedef struct pk_archive {
     size_t n_skipped;
     int two_pass;               /* config.json was found by a first pass: skip it once */
     pk_input input;             /* the archive file (size, mtime); unused for stdin */
+    int download_bad;           /* an entry's SHA-256 was not the one given for it */
+    k3_mf_srcfile side[1 + 1 + PK_MAX_TOK];   /* [n_side] config, index and tokenizer files as read */
+    int n_side;
 } pk_archive;
 
 /* Open and read entries up to config.json. From stdin it must precede the weights; an archive
    file where it does not is read twice: a first pass finds config.json, the packing pass starts
    again from the beginning. ar->input is the archive file's identity for the fingerprint. */
 k3_err pk_archive_open(pk_archive *ar, const char *src, k3_diag *d);
-/* Stream the remaining entries into the pack; checks completeness at the end. */
-k3_err pk_archive_pack(pk_archive *ar, pk_writer *w, k3_diag *d);
+/* Stream the remaining entries into the pack, each .safetensors checked against dl's hash for its
+   name as it is read (dl may be NULL); checks completeness at the end. */
+k3_err pk_archive_pack(pk_archive *ar, pk_writer *w, const k3_dl *dl, k3_diag *d);
 void pk_archive_close(pk_archive *ar);
 
 #endif

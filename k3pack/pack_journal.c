@@ -416,6 +416,11 @@ static k3_err make_link(pk_writer *w, k3_diag *d)
     return k3_fsync_dir(w->out_dir, d);
 }
 
+static int cmp_src(const void *a, const void *b)
+{
+    return strcmp(((const k3_mf_srcfile *)a)->name, ((const k3_mf_srcfile *)b)->name);
+}
+
 k3_err pk_finish_pack(pk_writer *w, const char *const *tok_names, char *const *tok_data,
                       const size_t *tok_len, int n_tok, char *const *skipped, size_t n_skipped,
                       k3_diag *d)
@@ -479,6 +484,13 @@ k3_err pk_finish_pack(pk_writer *w, const char *const *tok_names, char *const *t
         m.skipped[i].reason = "vision";
     }
     m.n_skipped = (uint32_t)n_skipped;
+    if (w->streamed) {                           /* every file's SHA-256, in name order */
+        qsort(w->src_files, w->n_src_files, sizeof *w->src_files, cmp_src);
+        m.have_download = 1;
+        m.src_files = w->src_files;
+        m.n_src_files = w->n_src_files;
+        m.download_checked = (char *)w->download_checked;
+    }
     char *text;
     size_t len;
     if ((e = remove_unlisted(w, tok_names, n_tok, d))) goto out;
@@ -507,4 +519,17 @@ out:
     free(m.skipped);
     free(sk_sorted);
     return e;
+}
+
+void pk_writer_discard(pk_writer *w)
+{
+    char path[4096];
+    for (uint32_t s = 0; s < w->p->n_shards; s++) {
+        if (!w->done[s] || (w->p->in_place && w->p->in_place[s])) continue;
+        if (k3_path_join(path, sizeof path, w->out_dir, w->p->shards[s].name, NULL) == K3_OK) unlink(path);
+        w->done[s] = 0;
+    }
+    if (k3_path_join(path, sizeof path, w->out_dir, PK_JOURNAL, NULL) == K3_OK) unlink(path);
+    k3_diag d;
+    k3_fsync_dir(w->out_dir, &d);
 }

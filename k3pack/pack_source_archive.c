@@ -117,6 +117,19 @@ static k3_err read_small(pk_archive *ar, struct archive_entry *en, const char *n
     buf[got] = '\0';
     *out = buf;
     *len = got;
+    /* its SHA-256 for the manifest's "download" (config.json read again by a two-pass archive: once) */
+    for (int i = 0; i < ar->n_side; i++)
+        if (!strcmp(ar->side[i].name, name)) return K3_OK;
+    if (ar->n_side < (int)(sizeof ar->side / sizeof ar->side[0])) {
+        k3_mf_srcfile *f = &ar->side[ar->n_side];
+        k3_dl_hash h;
+        k3_dl_hash_begin(&h, NULL, got);
+        k3_dl_hash_update(&h, buf, got);
+        k3_dl_hash_end(&h, NULL, name, f->sha256, d);
+        if (!(f->name = strdup(name))) return k3_fail(d, K3_ERR_NOMEM, "out of memory");
+        f->size = got;
+        ar->n_side++;
+    }
     return K3_OK;
 }
 
@@ -236,140 +249,22 @@ void pk_archive_close(pk_archive *ar)
     if (ar->a) archive_read_free(ar->a);
     free(ar->config);
     free(ar->index);
+    for (int i = 0; i < ar->n_side; i++) free(ar->side[i].name);
     for (int i = 0; i < PK_MAX_TOK; i++) free(ar->tok_data[i]);
     for (size_t i = 0; i < ar->n_skipped; i++) free(ar->skipped[i]);
     free(ar->skipped);
     memset(ar, 0, sizeof *ar);
 }
 
-/* State of one safetensors entry being streamed. */
-typedef struct entry_stream {
-    const char *name;            /* entry base name */
-    uint64_t size;               /* entry size */
-    uint64_t pos;                /* bytes consumed */
-    uint8_t *hdr;                /* [8 + N] header bytes */
-    size_t hdr_fill, hdr_need;
-    k3_st_header h;              /* parsed header, tensors sorted by begin */
-    int parsed;
-    size_t ti;                   /* current tensor */
-    pk_item *cur;                /* its item, NULL = skip its bytes */
-    pk_feed feed;
-    int feeding;
-} entry_stream;
-
-static k3_err start_tensor(pk_archive *ar, pk_writer *w, uint32_t *seen_entry, uint32_t entry_no,
-                           entry_stream *es, k3_diag *d)
-{
-    const k3_st_tensor *t = &es->h.tensors[es->ti];
-    es->cur = pk_plan_find(w->p, t->name);
-    if (!es->cur) {
-        char esc[300];
-        if (k3_is_vision_tensor(t->name)) {
-            char **sk = realloc(ar->skipped, (ar->n_skipped + 1) * sizeof *sk);
-            if (!sk || !(sk[ar->n_skipped] = strdup(t->name))) return k3_fail(d, K3_ERR_NOMEM, "out of memory");
-            ar->skipped = sk;
-            ar->n_skipped++;
-            return K3_OK;
-        }
-        return k3_fail(d, K3_ERR_MODEL, "'%s': tensor '%s' in '%s' is not part of the model config.json describes",
-                       ar->src, k3_escape(t->name, t->name_len, esc, sizeof esc), es->name);
-    }
-    k3_err e = pk_item_check(es->cur, t, es->name, d);
-    if (e) return e;
-    size_t idx = (size_t)(es->cur - w->p->items);
-    if (seen_entry[idx]) {
-        char esc[300];
-        return k3_fail(d, K3_ERR_FORMAT, "'%s': tensor '%s' appears twice (again in '%s')", ar->src,
-                       k3_escape(t->name, t->name_len, esc, sizeof esc), es->name);
-    }
-    seen_entry[idx] = entry_no;
-    uint32_t s = es->cur->shard;
-    if (w->done[s]) { es->cur = NULL; return K3_OK; }       /* finished by an earlier run */
-    if (w->af[s].fd < 0 && (e = pk_shard_begin(w, s, d))) return e;
-    if ((e = pk_feed_begin(&es->feed, es->cur, d))) return e;
-    es->feeding = 1;
-    return K3_OK;
-}
-
-static k3_err end_tensor(pk_writer *w, entry_stream *es, k3_diag *d)
-{
-    k3_err e = K3_OK;
-    if (es->feeding) {
-        e = pk_feed_end(w, &es->feed, d);
-        pk_feed_free(&es->feed);
-        es->feeding = 0;
-        if (!e && w->remaining[es->cur->shard] == 0) e = pk_shard_finish(w, es->cur->shard, d);
-    }
-    es->cur = NULL;
-    es->ti++;
-    return e;
-}
-
-/* Consume one block of entry data. */
-static k3_err consume(pk_archive *ar, pk_writer *w, uint32_t *seen_entry, uint32_t entry_no, entry_stream *es,
-                      const uint8_t *p, size_t n, k3_diag *d)
-{
-    k3_err e = K3_OK;
-    while (n && !e) {
-        if (!es->parsed) {                            /* header bytes */
-            size_t take = es->hdr_need - es->hdr_fill < n ? es->hdr_need - es->hdr_fill : n;
-            memcpy(es->hdr + es->hdr_fill, p, take);
-            es->hdr_fill += take;
-            p += take;
-            n -= take;
-            es->pos += take;
-            if (es->hdr_fill < es->hdr_need) continue;
-            if (es->hdr_need == 8) {                  /* got the length prefix: grow to 8 + N */
-                uint64_t N;
-                if ((e = k3_st_check_prefix(es->hdr, 8, es->size, es->name, &N, d))) return e;
-                uint8_t *nb = realloc(es->hdr, (size_t)(8 + N));
-                if (!nb) return k3_fail(d, K3_ERR_NOMEM, "out of memory");
-                es->hdr = nb;
-                es->hdr_need = (size_t)(8 + N);
-                continue;
-            }
-            if ((e = k3_st_parse_header(es->hdr, es->hdr_fill, es->size, es->name, &es->h, d))) return e;
-            es->parsed = 1;
-            while (es->ti < es->h.n_tensors && es->h.tensors[es->ti].nbytes == 0 && !e) {
-                e = start_tensor(ar, w, seen_entry, entry_no, es, d);
-                if (!e) e = end_tensor(w, es, d);
-            }
-            if (!e && es->ti < es->h.n_tensors) e = start_tensor(ar, w, seen_entry, entry_no, es, d);
-            continue;
-        }
-        if (es->ti >= es->h.n_tensors)
-            return k3_fail(d, K3_ERR_FORMAT, "'%s': '%s' has bytes after its last tensor", ar->src, es->name);
-        const k3_st_tensor *t = &es->h.tensors[es->ti];
-        uint64_t end = t->offset + t->nbytes;
-        size_t take = (size_t)(end - es->pos < n ? end - es->pos : n);
-        if (es->feeding) e = pk_feed_data(w, &es->feed, p, take, d);
-        p += take;
-        n -= take;
-        es->pos += take;
-        if (!e && es->pos == end) {
-            e = end_tensor(w, es, d);
-            while (!e && es->ti < es->h.n_tensors && es->h.tensors[es->ti].nbytes == 0) {
-                e = start_tensor(ar, w, seen_entry, entry_no, es, d);
-                if (!e) e = end_tensor(w, es, d);
-            }
-            if (!e && es->ti < es->h.n_tensors) e = start_tensor(ar, w, seen_entry, entry_no, es, d);
-        }
-    }
-    return e;
-}
-
-static k3_err stream_entry(pk_archive *ar, pk_writer *w, struct archive_entry *en, const char *name,
-                           uint32_t *seen_entry, uint32_t entry_no, k3_diag *d)
+static k3_err stream_entry(pk_archive *ar, pk_stream *st, struct archive_entry *en, const char *name,
+                           uint32_t entry_no, const k3_dl *dl, k3_diag *d)
 {
     k3_err e = usable_entry(ar, en, name, d);
     if (e) return e;
-    entry_stream es;
-    memset(&es, 0, sizeof es);
-    es.name = name;
-    es.size = (uint64_t)archive_entry_size(en);
-    es.hdr_need = 8;
-    es.hdr = malloc(8);
-    if (!es.hdr) return k3_fail(d, K3_ERR_NOMEM, "out of memory");
+    if (dl && dl->sums && !k3_dl_find(dl, name))
+        return k3_fail(d, K3_ERR_USAGE, "'%s' has no line for '%s': its download cannot be checked", dl->sums, name);
+    pk_entry es;
+    pk_entry_begin(&es, name, (uint64_t)archive_entry_size(en), entry_no, k3_dl_find(dl, name));
     for (;;) {
         const void *buf;
         size_t n;
@@ -383,14 +278,14 @@ static k3_err stream_entry(pk_archive *ar, pk_writer *w, struct archive_entry *e
                         (unsigned long long)es.pos);
             break;
         }
-        if ((e = consume(ar, w, seen_entry, entry_no, &es, buf, n, d))) break;
+        if ((e = pk_entry_data(st, &es, buf, n, d))) break;
     }
-    if (!e && (es.pos != es.size || !es.parsed || es.ti != es.h.n_tensors))
-        e = k3_fail(d, K3_ERR_FORMAT, "'%s': '%s' is truncated: %llu of %llu bytes", ar->src, name,
-                    (unsigned long long)es.pos, (unsigned long long)es.size);
-    if (es.feeding) pk_feed_free(&es.feed);
-    free(es.hdr);
-    if (es.parsed) k3_st_header_free(&es.h);
+    uint8_t sha[32];
+    char path[600];
+    snprintf(path, sizeof path, "%s: %s", ar->src, name);
+    if (!e && (e = pk_entry_end(st, &es, path, sha, d)) == K3_ERR_CORRUPT) ar->download_bad = 1;
+    if (!e) e = pk_add_src_file(st->w, name, es.size, sha, d);
+    pk_entry_free(&es);
     return e;
 }
 
@@ -438,7 +333,7 @@ static k3_err check_index(pk_archive *ar, pk_writer *w, const uint32_t *seen_ent
     return e;
 }
 
-k3_err pk_archive_pack(pk_archive *ar, pk_writer *w, k3_diag *d)
+k3_err pk_archive_pack(pk_archive *ar, pk_writer *w, const k3_dl *dl, k3_diag *d)
 {
     uint32_t *seen_entry = calloc(w->p->n_items + 1, sizeof *seen_entry);  /* [n_items] entry no. + 1 */
     char **entry_names = NULL;                                              /* [n_entries] */
@@ -460,7 +355,9 @@ k3_err pk_archive_pack(pk_archive *ar, pk_writer *w, k3_diag *d)
         n_entries++;
         for (uint32_t k = 0; k + 1 < n_entries; k++)
             if (!strcmp(entry_names[k], name)) e = k3_fail(d, K3_ERR_FORMAT, "'%s': '%s' appears twice", ar->src, name);
-        if (!e) e = stream_entry(ar, w, en, entry_names[n_entries - 1], seen_entry, n_entries, d);
+        pk_stream st = {.w = w, .src = ar->src, .seen_entry = seen_entry, .skipped = &ar->skipped,
+                        .n_skipped = &ar->n_skipped};
+        if (!e) e = stream_entry(ar, &st, en, entry_names[n_entries - 1], n_entries, dl, d);
     }
     if (!e) {
         size_t missing = 0, first = 0;
@@ -471,6 +368,18 @@ k3_err pk_archive_pack(pk_archive *ar, pk_writer *w, k3_diag *d)
                         missing == 1 ? "" : "s", missing == 1 ? "is" : "are", w->p->items[first].src_name);
     }
     if (!e) e = check_skipped(ar, d);
+    for (int i = 0; !e && i < ar->n_side; i++) {       /* the side files: checked when SUMS has them */
+        const k3_dl_want *want = k3_dl_find(dl, ar->side[i].name);
+        if (want && memcmp(want->digest, ar->side[i].sha256, want->kind == K3_DL_SHA256 ? 32 : 20)) {
+            char got[65], exp[65];
+            k3_dl_hex(ar->side[i].sha256, 32, got);
+            k3_dl_hex(want->digest, 32, exp);
+            ar->download_bad = 1;
+            e = k3_fail(d, K3_ERR_CORRUPT, "'%s: %s': its SHA-256 is %s, but %s says %s: the download is damaged",
+                        ar->src, ar->side[i].name, got, want->from, exp);
+        }
+        if (!e) e = pk_add_src_file(w, ar->side[i].name, ar->side[i].size, ar->side[i].sha256, d);
+    }
     if (!e && ar->index) e = check_index(ar, w, seen_entry, entry_names, d);
     for (uint32_t k = 0; k < n_entries; k++) free(entry_names[k]);
     free(entry_names);

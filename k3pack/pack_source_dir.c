@@ -51,7 +51,7 @@ static k3_err write_shard(pk_writer *w, const k3_st_ckpt *ck, const int *fds, ui
             posix_fadvise(fd, (off_t)(t->offset + pos), (off_t)n, POSIX_FADV_DONTNEED);
             pos += n;
         }
-        if (!e) e = pk_feed_end(w, &feed, d);
+        if (!e) e = pk_feed_end(w, &feed, NULL, d);
         pk_feed_free(&feed);
     }
     if (e) {
@@ -146,6 +146,88 @@ k3_err pk_pack_from_checkpoint(pk_writer *w, const k3_st_ckpt *ck, const pk_inpu
         uint8_t *buf = malloc(PK_CHUNK);              /* [PK_CHUNK] */
         e = buf ? pk_write_copied(w, ck, fds, buf, d) : k3_fail(d, K3_ERR_NOMEM, "out of memory");
         free(buf);
+    }
+    for (size_t i = 0; i < ck->n_files; i++)
+        if (fds[i] >= 0) close(fds[i]);
+    free(fds);
+    return e;
+}
+
+/* One file front to back: every byte hashed (SHA-256), the planned tensors written. */
+static k3_err stream_file(pk_stream *st, const k3_st_file *f, int fd, uint32_t no, const k3_dl *dl,
+                          const volatile int *stop, uint8_t *buf, int *bad_download, k3_diag *d)
+{
+    pk_entry es;
+    pk_entry_begin(&es, f->name, f->size, no, k3_dl_find(dl, f->name));
+    k3_err e = K3_OK;
+    posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    for (uint64_t pos = 0; pos < f->size && !e;) {
+        size_t n = (size_t)(f->size - pos < PK_CHUNK ? f->size - pos : PK_CHUNK);
+        if (*stop) return pk_entry_free(&es), k3_fail(d, K3_ERR_IO, "stopped");   /* another file failed */
+        e = pk_check_interrupt(d);
+        if (!e && (e = k3_pread_full(fd, buf, n, pos, f->path, d))) {
+            struct stat st2;
+            if (fstat(fd, &st2) == 0 && (uint64_t)st2.st_size != f->size)
+                e = k3_fail(d, K3_ERR_IO, "'%s' changed while k3pack was reading it: it was %llu bytes and is "
+                            "%llu now", f->path, (unsigned long long)f->size, (unsigned long long)st2.st_size);
+        }
+        if (!e) e = pk_entry_data(st, &es, buf, n, d);
+        posix_fadvise(fd, (off_t)pos, (off_t)n, POSIX_FADV_DONTNEED);   /* read once: keep it out of the cache */
+        pos += n;
+    }
+    uint8_t sha[32];
+    if (!e && (e = pk_entry_end(st, &es, f->path, sha, d)) == K3_ERR_CORRUPT) *bad_download = 1;
+    if (!e) e = pk_add_src_file(st->w, f->name, f->size, sha, d);
+    pk_entry_free(&es);
+    return e;
+}
+
+k3_err pk_pack_stream_ckpt(pk_writer *w, const k3_st_ckpt *ck, const k3_dl *dl, int threads, int *bad_download,
+                           k3_diag *d)
+{
+    int *fds = malloc((ck->n_files + 1) * sizeof *fds);         /* [n_files] */
+    if (!fds) return k3_fail(d, K3_ERR_NOMEM, "out of memory");
+    k3_err e = K3_OK;
+    for (size_t i = 0; i < ck->n_files; i++) fds[i] = -1;
+    for (size_t i = 0; i < ck->n_files && !e; i++) {
+        struct stat st;
+        fds[i] = k3_open_read(ck->files[i].path);
+        if (fds[i] < 0) e = k3_fail(d, K3_ERR_IO, "cannot open '%s': %s", ck->files[i].path, strerror(errno));
+        else if (fstat(fds[i], &st) != 0 || (uint64_t)st.st_size != w->inputs[i].size ||
+                 mtime_ns(&st) != w->inputs[i].mtime_ns)
+            e = k3_fail(d, K3_ERR_IO, "'%s' changed after k3pack validated it (size or modification time); "
+                        "rerun k3pack when the checkpoint is stable", ck->files[i].path);
+    }
+    if (threads < 1) threads = 1;
+    k3_diag first = {0};
+    volatile int failed = 0;
+    int have_first = 0;
+    if (!e) {
+        pk_stream stm = {.w = w, .src = ck->source};
+#pragma omp parallel num_threads(threads)
+        {
+            uint8_t *buf = malloc(PK_CHUNK);                     /* [PK_CHUNK] read buffer, per thread */
+#pragma omp for schedule(dynamic, 1)
+            for (size_t i = 0; i < ck->n_files; i++) {
+                k3_diag dd;
+                if (failed) continue;
+                k3_err es = !buf ? k3_fail(&dd, K3_ERR_NOMEM, "out of memory")
+                          : stream_file(&stm, &ck->files[i], fds[i], (uint32_t)i + 1, dl, &failed, buf,
+                                        bad_download, &dd);
+                if (es) {
+#pragma omp critical(pk_first_error)
+                    {
+                        if (!have_first && strcmp(dd.msg, "stopped")) {   /* the cause, not another's stop */
+                            first = dd;
+                            have_first = 1;
+                        }
+                        failed = 1;
+                    }
+                }
+            }
+            free(buf);
+        }
+        if (failed) e = k3_fail(d, first.code, "%s", first.msg);
     }
     for (size_t i = 0; i < ck->n_files; i++)
         if (fds[i] >= 0) close(fds[i]);

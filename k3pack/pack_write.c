@@ -64,6 +64,8 @@ void pk_writer_free(pk_writer *w)
     free(w->remaining);
     free(w->placed);
     free(w->hashes);
+    for (uint32_t i = 0; i < w->n_src_files; i++) free(w->src_files[i].name);
+    free(w->src_files);
     if (w->p) pthread_mutex_destroy(&w->lock);
     memset(w, 0, sizeof *w);
 }
@@ -180,7 +182,7 @@ k3_err pk_feed_data(pk_writer *w, pk_feed *f, const uint8_t *buf, size_t n, k3_d
     return e;
 }
 
-k3_err pk_feed_end(pk_writer *w, pk_feed *f, k3_diag *d)
+k3_err pk_feed_end(pk_writer *w, pk_feed *f, int *last, k3_diag *d)
 {
     const pk_item *it = f->it;
     if (f->got != it->src_bytes)
@@ -196,6 +198,7 @@ k3_err pk_feed_end(pk_writer *w, pk_feed *f, k3_diag *d)
     }
     pthread_mutex_lock(&w->lock);
     w->remaining[it->shard]--;
+    if (last) *last = w->remaining[it->shard] == 0;
     w->bytes_done += it->src_bytes;
     char detail[96];
     snprintf(detail, sizeof detail, "shard %u/%u %s", w->shards_done + 1, w->p->n_shards, w->p->shards[it->shard].name);
@@ -233,4 +236,20 @@ k3_err pk_shard_finish(pk_writer *w, uint32_t s, k3_diag *d)
     }
     pthread_mutex_unlock(&w->lock);
     return e;
+}
+
+k3_err pk_add_src_file(pk_writer *w, const char *name, uint64_t size, const uint8_t sha256[32], k3_diag *d)
+{
+    pthread_mutex_lock(&w->lock);
+    k3_mf_srcfile *n = realloc(w->src_files, (w->n_src_files + 1) * sizeof *n);
+    char *nm = n ? strdup(name) : NULL;
+    if (n) w->src_files = n;
+    if (nm) {
+        k3_mf_srcfile *f = &w->src_files[w->n_src_files++];
+        f->name = nm;
+        f->size = size;
+        memcpy(f->sha256, sha256, 32);
+    }
+    pthread_mutex_unlock(&w->lock);
+    return nm ? K3_OK : k3_fail(d, K3_ERR_NOMEM, "out of memory");
 }

@@ -78,7 +78,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fz_check_err(e, &d);
         goto out_writer;
     }
-    e = pk_archive_pack(&ar, &w, &d);
+    e = pk_archive_pack(&ar, &w, NULL, &d);
     if (e) {
         fz_check_err(e, &d);
         pk_writer_abort(&w);

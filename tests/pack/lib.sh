@@ -8,6 +8,19 @@ rm -rf "$T"
 mkdir -p "$T"
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
+# same_but_download A B: two packs with the same bytes but for the manifest's "download" record (which
+# names the checkpoint files a pack was read from: another file layout of the same tensors, or an
+# in-place pack that did not check its download, records other or no files)
+same_but_download() {
+    diff -r -x manifest.json "$1" "$2" >/dev/null || return 1
+    $PY - "$1/manifest.json" "$2/manifest.json" <<'PYEOF'
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+for m in (a, b):
+    m.pop("download", None); m.pop("manifest_xxh3_64", None)
+sys.exit(a != b)
+PYEOF
+}
 
 # expect_exit CODE CMD... : run CMD, require exit status CODE, keep stderr in $T/err
 expect_exit() {

@@ -101,7 +101,7 @@ no_manifest "$T/int2"
 "$K3_BIN/k3pack" -q "$T/ck.tar" -o "$T/int2"
 same "$T/ref" "$T/int2"
 
-# 3. an input file that disappears mid-pack: stopped at the 300th read (or at its lock), then changed
+# 3. an input file that disappears mid-pack: stopped at its first read of weights (or at its lock), then changed
 #    run_stopped CALL WHEN CHANGE: k3pack on a copy of ck, stopped at CALL #WHEN, CHANGE run on the copy
 # On a loaded machine strace's injected SIGSTOP is now and then not delivered (k3pack runs to its
 # end: "gone"); then nothing was tested, and the run is tried again, up to three times.
@@ -160,15 +160,22 @@ run_stopped() {
     done
 }
 last=$(ls "$T/ck" | grep '\.safetensors$' | tail -1)
+# the moment: k3pack streams each checkpoint file front to back (one large read per chunk); it is
+# stopped at its first such read, of the first file, before it reads the last one. Which read that
+# is, is counted in a run of its own (the reads before it: headers, side files)
+strace -f -qq -o "$T/reads" -e trace=pread64 "$K3_BIN/k3pack" -q "$T/ck" -o "$T/count" >/dev/null 2>&1
+first_data=$(awk '/pread64\(/ { n++; split($0, a, ", "); if (a[3] + 0 >= 1000000) { print n; exit } }' "$T/reads")
+[ -n "$first_data" ] || fail "no large read found in k3pack's system calls"
+rm -rf "$T/count"
 # truncated under it: exit 3 naming the file, nothing finished, temporaries gone
-run_stopped pread64 300 "truncate -s 100000 '$T/ckd/$last'"
+run_stopped pread64 "$first_data" "truncate -s 100000 '$T/ckd/$last'"
 [ "$rc" -eq 3 ] || { cat "$T/err"; fail "truncated input exited $rc, expected 3"; }
 expect_err "'$T/ckd/$last' changed while k3pack was reading it"
 no_manifest "$T/dis"
 no_tmp "$T/dis"
 # deleted (the files are open by then): the bytes k3pack reads are the validated ones, and the pack
 # is complete and right; deleted and replaced by another file is the case above
-run_stopped pread64 300 "rm '$T/ckd/$last'"
+run_stopped pread64 "$first_data" "rm '$T/ckd/$last'"
 [ "$rc" -eq 0 ] || { cat "$T/err"; fail "deleted (open) input exited $rc"; }
 same "$T/ref" "$T/dis"
 # deleted before k3pack opens it for packing (stopped at its lock): exit 3 naming the file

@@ -34,5 +34,7 @@ for f in ("config.json", "tiktoken.model", "tokenizer_config.json"):
     shutil.copy(os.path.join(src, f), dst)
 PYEOF
 "$K3_BIN/k3pack" -q "$T/one/model.safetensors" -o "$T/single"
-diff -r "$T/dir1" "$T/single" >/dev/null || fail "pack from a single .safetensors differs"
+same_but_download "$T/dir1" "$T/single" || fail "pack from a single .safetensors differs"
+# ... whose download record names its one file
+grep -q '"name": "model.safetensors"' "$T/single/manifest.json" || fail "the single-file pack's download record"
 echo "pack_roundtrip: OK"
