@@ -17,6 +17,7 @@
 #include "k3_ckpt_check.h"
 #include "k3_file.h"
 #include "k3_log.h"
+#include "k3_download.h"
 #include "k3inspect.h"
 
 /* A pack, or an unfinished one: manifest.json, or any .k3s shard. */
@@ -202,6 +203,30 @@ static void records_text_v3(const k3_manifest *m, FILE *f)
     }
 }
 
+/* The checkpoint files the pack was made from, as sha256sum prints them (so `sha256sum -c` of the
+   publisher's list, or a look, says whether it is the download you think). */
+static void download_text(const k3_manifest *m, FILE *f)
+{
+    if (!m->have_download) {
+        fprintf(f, "\nDownload: not recorded (a pack of an older k3pack, or an in-place pack whose download was "
+                "not checked)\n");
+        return;
+    }
+    char esc[600];
+    if (m->download_checked)
+        fprintf(f, "\nDownload: every file checked by k3pack against %s; SHA-256 as read:\n",
+                k3_escape_ctl(m->download_checked, strlen(m->download_checked), esc, sizeof esc));
+    else
+        fprintf(f, "\nDownload: NOT checked by k3pack (no publisher's hashes were given); SHA-256 as read, to "
+                "compare with the publisher's:\n");
+    for (uint32_t i = 0; i < m->n_src_files; i++) {
+        char hex[65];
+        k3_dl_hex(m->src_files[i].sha256, 32, hex);
+        fprintf(f, "%s  %s  (%llu bytes)\n", hex, k3_escape(m->src_files[i].name, strlen(m->src_files[i].name), esc,
+                sizeof esc), (unsigned long long)m->src_files[i].size);
+    }
+}
+
 int k3i_pack_text(const k3i_ctx *x, FILE *f)
 {
     const k3_manifest *m = &x->pack;
@@ -234,6 +259,7 @@ int k3i_pack_text(const k3i_ctx *x, FILE *f)
                 (unsigned long long)xl->record_size, (unsigned long long)xl->stride, (unsigned long long)xl->count);
         parts_text(xl, f);
     }
+    download_text(m, f);
     return ferror(f) ? -1 : 0;
 }
 
@@ -283,5 +309,19 @@ void k3i_pack_json(const k3i_ctx *x, FILE *f)
     }
     fputs("]}", f);
     k3i_sources_json(x, f);                      /* version 3: checkpoint files, expert layers */
+    if (m->have_download) {
+        fputs(",\n\"download\":{\"checked_against\":", f);
+        if (m->download_checked) k3_json_str(f, m->download_checked, strlen(m->download_checked));
+        else fputs("null", f);
+        fputs(",\"files\":[", f);
+        for (uint32_t i = 0; i < m->n_src_files; i++) {
+            char hex[65];
+            k3_dl_hex(m->src_files[i].sha256, 32, hex);
+            fprintf(f, "%s{\"name\":", i ? "," : "");
+            k3_json_str(f, m->src_files[i].name, strlen(m->src_files[i].name));
+            fprintf(f, ",\"size\":%llu,\"sha256\":\"%s\"}", (unsigned long long)m->src_files[i].size, hex);
+        }
+        fputs("]}", f);
+    }
     fputc('}', f);
 }

@@ -411,7 +411,7 @@ int main(int argc, char **argv)
             else
                 fprintf(stderr, "k3pack: the download itself was not checked (no --sha256 SUMS, not a Hugging Face "
                         "cache snapshot); the pack records each file's SHA-256 as read, compare them with the "
-                        "publisher's: k3inspect --sources %s\n", out);
+                        "publisher's: k3inspect --shards %s\n", out);
             if (plan.n_in_place) {
                 char hi[24];
                 fprintf(stderr, "k3pack: the experts of %u layers (%s) are read in place from '%s' (the link "
