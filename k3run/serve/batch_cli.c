@@ -114,6 +114,7 @@ int srv_batch_line(const char *line, size_t len, uint32_t no, char **custom_id, 
         if (!(*body_out = json_dumps(body, JSON_COMPACT))) rc = -1;
     }
     json_decref(o);
+    srv_msg_clean(err, cap);
     return rc;
 }
 

@@ -14,6 +14,7 @@
 #include "chat_render.h"
 #include "k3_sys.h"
 #include "k3_utf8.h"
+#include "k3_log.h"
 #include "serve_impl.h"
 
 #define SRV_MAX_STOPS 16
@@ -223,7 +224,30 @@ static int common_fields(srv *s, chk *c, srv_job *j)
     return 0;
 }
 
+/* A refusal's message repeats what the client sent (a JSON parser's excerpt, a field's value): its
+   control bytes are written escaped, so every message is one line, whatever shows it. */
+void srv_msg_clean(char *msg, size_t cap)
+{
+    size_t n = strnlen(msg, cap);
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)msg[i] < 0x20 || msg[i] == 0x7f) {
+            char tmp[2048];
+            k3_escape_ctl(msg, n, tmp, sizeof tmp < cap ? sizeof tmp : cap);
+            snprintf(msg, cap, "%s", tmp);
+            return;
+        }
+}
+
+static int parse_chat(srv *s, srv_kind kind, const char *body, size_t len, srv_job **out, char *msg, size_t cap);
+
 int srv_api_parse(srv *s, srv_kind kind, const char *body, size_t len, srv_job **out, char *msg, size_t cap)
+{
+    int rc = parse_chat(s, kind, body, len, out, msg, cap);
+    if (rc) srv_msg_clean(msg, cap);
+    return rc;
+}
+
+static int parse_chat(srv *s, srv_kind kind, const char *body, size_t len, srv_job **out, char *msg, size_t cap)
 {
     *out = NULL;
     chk c = {.msg = msg, .cap = cap};
@@ -314,6 +338,7 @@ int srv_api_parse_as(srv *s, const srv_api_ops *api, const char *body, size_t le
     if (!rc) rc = srv_api_parse(s, SRV_CHAT, chat, chat_len, out, msg, cap);
     free(chat);
     if (rc) {
+        srv_msg_clean(msg, cap);
         if (api->free_state) api->free_state(state);
         return rc;
     }

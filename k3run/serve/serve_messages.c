@@ -515,7 +515,7 @@ char *srv_messages_count_tokens(srv *s, const char *body, size_t len, int *statu
     msg_state st = {0};
     json_t *req = NULL;
     *status = load(body, len, 0, &req, &st, msg, cap);
-    if (*status) return NULL;
+    if (*status) { srv_msg_clean(msg, cap); return NULL; }
     char *text = json_dumps(req, JSON_COMPACT | JSON_PRESERVE_ORDER), *out = NULL;
     json_decref(req);
     if (!text) { *status = 500; snprintf(msg, cap, "out of memory"); return NULL; }
@@ -526,6 +526,7 @@ char *srv_messages_count_tokens(srv *s, const char *body, size_t len, int *statu
     if (e) {
         *status = e == K3_ERR_USAGE ? 400 : 500;
         snprintf(msg, cap, "%s", d.msg);
+        srv_msg_clean(msg, cap);
         return NULL;
     }
     json_t *doc = json_pack("{s:I}", "input_tokens", (json_int_t)pr.n_ids);
