@@ -5,11 +5,16 @@ build=$1 prefix=$2
 fail() { echo "FAIL: $*" >&2; exit 1; }
 rm -rf "$prefix"
 cmake --install "$build" --prefix "$prefix" >/dev/null
-commit=$(git -C "$(dirname "$0")/../.." rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+src=$(cd "$(dirname "$0")/../.." && pwd)
 for t in k3run k3pack k3verify k3inspect; do
     [ -x "$prefix/bin/$t" ] || fail "$t not installed"
     v=$("$prefix/bin/$t" --version) || fail "$t --version"
-    echo "$v" | head -n 1 | grep -q "^$t [0-9][0-9.]* (commit $commit" || fail "$t --version: $v"
+    echo "$v" | head -n 1 | grep -q "^$t [0-9][0-9.]* (commit [0-9a-f]\{12\}\(+changes\)\?)$" || fail "$t --version: $v"
+    # the commit it names is one of this repository's (the one it was built from)
+    c=$(echo "$v" | head -n 1 | sed 's/.*(commit \([0-9a-f]*\).*/\1/')
+    if git -C "$src" rev-parse --git-dir >/dev/null 2>&1; then
+        git -C "$src" cat-file -e "$c^{commit}" 2>/dev/null || fail "$t --version names commit $c, not in this repository"
+    fi
 done
 "$prefix/bin/k3run" --version | grep -q "^kernels: scalar, avx2, avx512" || fail "k3run --version lacks the kernels"
 "$prefix/bin/k3run" --version | grep -q "^MPI: " || fail "k3run --version lacks MPI"
