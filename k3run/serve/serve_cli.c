@@ -226,7 +226,12 @@ int k3_serve_main(int argc, char **argv)
         return K3_EXIT_OK;
     }
     if (k3_opt_count(&a, K3_OPT_VERSION)) { k3_cli_version(k3_serve_tls_line()); return 0; }
-    if ((rc = configure(&s, &a))) return rc;
+    if ((rc = configure(&s, &a))) {
+        free(s.api_key_owned);
+        free(s.tls_key);
+        free(s.tls_cert);
+        return rc;
+    }
     /* every thread made from here on (HTTP, OpenMP, readers) leaves SIGTERM and SIGINT to `signals` */
     sigset_t set;
     sigemptyset(&set);
