@@ -242,6 +242,7 @@ typedef struct pk_entry {
     pk_feed feed;
     int feeding;
     k3_dl_hash sha;             /* SHA-256 of every byte so far */
+    int hash_outside;           /* the caller feeds sha itself (pack_source_dir.c: on a thread of its own) */
     const k3_dl_want *want;     /* what it should hash to (NULL: nothing known) */
 } pk_entry;
 

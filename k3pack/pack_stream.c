@@ -108,7 +108,7 @@ static k3_err next_tensors(pk_stream *st, pk_entry *es, k3_diag *d)
 k3_err pk_entry_data(pk_stream *st, pk_entry *es, const uint8_t *p, size_t n, k3_diag *d)
 {
     k3_err e = K3_OK;
-    k3_dl_hash_update(&es->sha, p, n);
+    if (!es->hash_outside) k3_dl_hash_update(&es->sha, p, n);
     while (n && !e) {
         if (!es->parsed) {                            /* header bytes */
             size_t take = es->hdr_need - es->hdr_fill < n ? es->hdr_need - es->hdr_fill : n;
