@@ -73,7 +73,8 @@ def overhead(binary, pack, ntok, rounds, host, port, threads):
                            capture_output=True, check=True)
         r = json.loads(p.stdout)
         cli = (r["generated_tokens"] - 1) / r["generate_seconds"]
-        first, last, n, usage = stream_times(host, port, "/v1/completions", {"prompt": PROMPT, "max_tokens": ntok})
+        first, last, n, usage = stream_times(host, port, "/v1/completions", {"prompt": PROMPT, "max_tokens": ntok,
+                                                                                "temperature": 0})   # greedy, as k3run -p
         gen = usage["usage"]["completion_tokens"]
         srv = (gen - 1) / (last - first) if last > first else float("nan")
         engine = 1.0 / usage["k3"]["seconds_per_token"]
