@@ -120,8 +120,12 @@ class Soak:
             return "/v1/messages", dict(samp, messages=[{"role": "user", "content": words}], max_tokens=n)
         return "/v1/responses", dict(samp, input=words, max_output_tokens=n)
 
-    def act(self, rnd):
-        k = rnd.random()
+    # each kind of action's share of the draws (act's thresholds); a client's first ten actions take
+    # them in turn, so even a short run has every kind
+    KINDS = (0.125, 0.35, 0.5, 0.585, 0.645, 0.705, 0.77, 0.825, 0.885, 0.96)
+
+    def act(self, rnd, k=None):
+        k = rnd.random() if k is None else k
         api = rnd.choice(["chat", "completion", "messages", "responses"])
         if k < 0.25:
             path, body = self.request_of(api, rnd)
@@ -224,7 +228,7 @@ class Soak:
         while time.time() < until and n < 100000:
             n += 1
             try:
-                self.act(rnd)
+                self.act(rnd, self.KINDS[(i + n - 1) % len(self.KINDS)] if n <= len(self.KINDS) else None)
             except Exception as e:              # a client-side failure is a problem too: the server must answer
                 self.problem("client", "%s: %s" % (type(e).__name__, e))
 

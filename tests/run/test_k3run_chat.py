@@ -292,13 +292,15 @@ class TestChat(unittest.TestCase):
         options win; a damaged or foreign generation_config.json is refused by name"""
         q = ["-p", "Recite Genesis 1:1.", "-n", "256"]
         closed = 0
-        for seed in range(10):
+        seeds = 5 if os.environ.get("K3_SANITIZED") == "1" else 10    # under ASan, fewer (and slower) runs
+        for seed in range(seeds):
             d = self.sampled(self.pack, q + ["-s", str(seed)])
-            explicit = self.sampled(self.pack, q + ["-s", str(seed), "--temp", "1", "--top-p", "0.95"])
-            self.assertEqual(d["message"], explicit["message"])
+            if seed < 2:                          # the defaults are those values (two seeds show it)
+                explicit = self.sampled(self.pack, q + ["-s", str(seed), "--temp", "1", "--top-p", "0.95"])
+                self.assertEqual(d["message"], explicit["message"])
             closed += d["finish_reason"] == "stop"
-        print("defaults: %d of 10 seeds closed their answer within 256 tokens" % closed)
-        self.assertGreaterEqual(closed, 9)
+        print("defaults: %d of %d seeds closed their answer within 256 tokens" % (closed, seeds))
+        self.assertGreaterEqual(closed, seeds - 1)
         greedy = self.sampled(self.pack, q + ["--temp", "0"])
         # packs of the checkpoint without the file, and with do_sample false
         import shutil

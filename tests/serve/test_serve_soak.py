@@ -1,5 +1,5 @@
 """The soak of `k3run serve` in short (issue 35; ctest serve.soak, also under ASan): 4 clients for
-40 s against --parallel 2 on the tiny model, mixing every API plain and streamed, the fixed greedy
+25 s against --parallel 2 on the tiny model, mixing every API plain and streamed, the fixed greedy
 request, cancellations, disconnects, bad JSON, wrong keys, oversized bodies, slow headers and slow
 readers (tests/bench/soak_serve.py, whose 30-minute run is the benchmark). Every accepted request
 answered completely or with its API's error, the fixed answer never changing, RSS (but under ASan,
@@ -20,7 +20,7 @@ class Soak(unittest.TestCase):
     def test_soak(self):
         _, pack = make_pack("tiny", 1)
         # under ASan the RSS check is its leak check at exit (its quarantine holds freed memory)
-        rep = soak(pack, 40, 4, seed=35, extra=["-t", "1", "--parallel", "2"],
+        rep = soak(pack, 25, 4, seed=35, extra=["-t", "1", "--parallel", "2"],
                    check_rss=os.environ.get("K3_SANITIZED") != "1")
         print("%d requests in %.0f s; by kind: %s" % (rep["requests"], rep["seconds"], rep["by_kind"]))
         self.assertEqual(rep["problems"], [])
