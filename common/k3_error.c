@@ -43,18 +43,7 @@ int k3_exit_code(k3_err err)
 
 /* A message repeats names and values taken from the input: a control byte in one (a newline, a
    terminal escape, a C1 control) is written escaped (\x0a, ...), so a message is one line of text
-   that is safe to print wherever it goes. */
-static void escape_msg(k3_diag *d)
-{
-    const char *m = d->msg;
-    size_t n = strlen(m), i = 0;
-    while (i < n && (unsigned char)m[i] >= 0x20 && (unsigned char)m[i] < 0x7F) i++;
-    if (i == n) return;                            /* plain ASCII: nothing to do */
-    char safe[K3_DIAG_MAX];
-    k3_escape_ctl(m, n, safe, sizeof safe);
-    memcpy(d->msg, safe, sizeof d->msg);
-}
-
+   that is safe to print wherever it goes (k3_escape_ctl_in_place). */
 k3_err k3_fail(k3_diag *d, k3_err code, const char *fmt, ...)
 {
     if (d) {
@@ -62,7 +51,7 @@ k3_err k3_fail(k3_diag *d, k3_err code, const char *fmt, ...)
         va_start(ap, fmt);
         vsnprintf(d->msg, sizeof d->msg, fmt, ap);
         va_end(ap);
-        escape_msg(d);
+        k3_escape_ctl_in_place(d->msg, sizeof d->msg);
         d->code = code;
     }
     return code;
@@ -90,6 +79,6 @@ k3_err k3_diag_wrap(k3_diag *d, const char *fmt, ...)
         used += ol;
     }
     d->msg[used] = '\0';
-    escape_msg(d);
+    k3_escape_ctl_in_place(d->msg, sizeof d->msg);
     return d->code;
 }

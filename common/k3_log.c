@@ -3,6 +3,7 @@
 #include "k3_utf8.h"
 
 #include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 static const char *g_prog = "k3";
@@ -102,6 +103,16 @@ static char *escape(const char *in, size_t len, char *out, size_t cap, int quote
 
 char *k3_escape(const char *in, size_t len, char *out, size_t cap) { return escape(in, len, out, cap, 1); }
 char *k3_escape_ctl(const char *in, size_t len, char *out, size_t cap) { return escape(in, len, out, cap, 0); }
+
+void k3_escape_ctl_in_place(char *s, size_t cap)
+{
+    size_t n = strnlen(s, cap), i = 0;
+    while (i < n && (unsigned char)s[i] >= 0x20 && (unsigned char)s[i] < 0x7F) i++;
+    if (i == n) return;                            /* plain ASCII: nothing to do */
+    char safe[4096];
+    k3_escape_ctl(s, n, safe, cap < sizeof safe ? cap : sizeof safe);
+    snprintf(s, cap, "%s", safe);
+}
 
 void k3_json_str(FILE *f, const char *str, size_t len)
 {

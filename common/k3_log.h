@@ -43,6 +43,9 @@ char *k3_escape(const char *in, size_t len, char *out, size_t cap);
  * Every message of k3_error/k3_warn/k3_info/k3_debug goes through it.
  */
 char *k3_escape_ctl(const char *in, size_t len, char *out, size_t cap);
+/* The same in place, in s[cap] (cap at most 4096): a message that repeats what an input said becomes
+   one line safe to print anywhere. Plain printable ASCII is left as it is, at no cost. */
+void k3_escape_ctl_in_place(char *s, size_t cap);
 
 /* Write s as a JSON string literal (with quotes) to f. */
 void k3_json_str(FILE *f, const char *s, size_t len);

@@ -29,8 +29,7 @@ void k3_dl_hex(const uint8_t *digest, size_t n, char *out)
     out[2 * n] = 0;
 }
 
-/* n hex digits (either case) into n/2 bytes; 0 if s is not exactly that. */
-static int unhex(const char *s, size_t n, uint8_t *out)
+int k3_dl_unhex(const char *s, size_t n, uint8_t *out)
 {
     for (size_t i = 0; i < n; i++) {
         int c = s[i], v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
@@ -98,7 +97,7 @@ static k3_err hub_links(k3_dl *dl, const char *dir, k3_diag *d)
         size_t bl = strlen(b);
         if (b - target < 6 || strncmp(b - 6, "blobs/", 6) || (bl != 64 && bl != 40)) continue;
         uint8_t dg[32] = {0};
-        if (!unhex(b, bl, dg)) continue;
+        if (!k3_dl_unhex(b, bl, dg)) continue;
         char from[320];
         snprintf(from, sizeof from, "the Hugging Face cache (blob %.64s)", b);
         e = add(dl, de->d_name, bl == 64 ? K3_DL_SHA256 : K3_DL_GIT_SHA1, dg, from, d);
@@ -113,14 +112,14 @@ static int sums_line(char *l, char **name, uint8_t *dg)
 {
     if (!strncmp(l, "SHA256 (", 8)) {
         char *end = strstr(l, ") = ");
-        if (!end || strlen(end + 4) != 64 || !unhex(end + 4, 64, dg)) return 0;
+        if (!end || strlen(end + 4) != 64 || !k3_dl_unhex(end + 4, 64, dg)) return 0;
         *end = 0;
         *name = l + 8;
         return **name != 0;
     }
     int escaped = l[0] == '\\';
     if (escaped) l++;
-    if (strlen(l) < 67 || !unhex(l, 64, dg) || l[64] != ' ' || (l[65] != ' ' && l[65] != '*')) return 0;
+    if (strlen(l) < 67 || !k3_dl_unhex(l, 64, dg) || l[64] != ' ' || (l[65] != ' ' && l[65] != '*')) return 0;
     char *n = l + 66;
     if (escaped) {                                       /* coreutils: \\ and \n */
         char *o = n;

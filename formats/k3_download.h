@@ -73,6 +73,8 @@ k3_err k3_dl_hash_end(k3_dl_hash *h, const k3_dl_want *w, const char *path, uint
 /* A whole file read once and checked the same way; *bytes its size. */
 k3_err k3_dl_hash_file(const char *path, const k3_dl_want *w, uint8_t sha256[32], uint64_t *bytes, k3_diag *d);
 
-void k3_dl_hex(const uint8_t *digest, size_t n, char *out);   /* out: 2n + 1 bytes */
+void k3_dl_hex(const uint8_t *digest, size_t n, char *out);   /* out: 2n + 1 bytes, lowercase */
+/* n hex digits (either case) into n/2 bytes; 0 if s[0..n) is not all hex digits. */
+int k3_dl_unhex(const char *s, size_t n, uint8_t *out);
 
 #endif

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "k3_checked.h"
+#include "k3_download.h"
 #include "k3_file.h"
 #include "k3_log.h"
 
@@ -172,12 +173,7 @@ k3_err k3_manifest_dump(const k3_manifest *m, char **text, size_t *len, k3_diag 
                                                                         : json_null());
         for (uint32_t i = 0; i < m->n_src_files; i++) {
             char hex[65];
-            static const char hx[] = "0123456789abcdef";
-            for (int k = 0; k < 32; k++) {
-                hex[2 * k] = hx[m->src_files[i].sha256[k] >> 4];
-                hex[2 * k + 1] = hx[m->src_files[i].sha256[k] & 15];
-            }
-            hex[64] = 0;
+            k3_dl_hex(m->src_files[i].sha256, 32, hex);
             json_t *o = json_object();
             json_object_set_new(o, "name", json_string(m->src_files[i].name));
             json_object_set_new(o, "size", json_integer((json_int_t)m->src_files[i].size));
@@ -828,13 +824,8 @@ k3_err k3_manifest_parse(const char *text, size_t len, const char *path, k3_mani
             if ((e = get_str(&c, o, "name", where, &m->src_files[i].name)) ||
                 (e = get_u64(&c, o, "size", where, &m->src_files[i].size)) ||
                 (e = get_str(&c, o, "sha256", where, &hex))) goto out;
-            int ok = strlen(hex) == 64;
-            for (int k = 0; ok && k < 64; k++) {
-                int ch = hex[k], x = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
-                if (x < 0) ok = 0;
-                else if (k % 2) m->src_files[i].sha256[k / 2] |= (uint8_t)x;
-                else m->src_files[i].sha256[k / 2] = (uint8_t)(x << 4);
-            }
+            int ok = strlen(hex) == 64 && strspn(hex, "0123456789abcdef") == 64 &&   /* lowercase only */
+                     k3_dl_unhex(hex, 64, m->src_files[i].sha256);
             free(hex);
             if (!ok) { e = JBAD(&c, "%s.sha256: expected 64 lowercase hex digits", where); goto out; }
         }

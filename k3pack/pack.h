@@ -263,7 +263,8 @@ void pk_writer_discard(pk_writer *w);
 k3_err pk_pack_stream_ckpt(pk_writer *w, const k3_st_ckpt *ck, const k3_dl *dl, int threads, int *bad_download,
                            k3_diag *d);
 
-/* Copy every planned tensor from an opened checkpoint (directory or file). */
+/* An --experts-in-place pack from an opened checkpoint (directory or file): its shards written shard by
+   shard, its in-place layers' records hashed where they lie (a copy pack streams: pk_pack_stream_ckpt). */
 k3_err pk_pack_from_checkpoint(pk_writer *w, const k3_st_ckpt *ck, const pk_input *in, int threads,
                                 k3_diag *d);
 

@@ -99,9 +99,11 @@ k3_err pk_inputs_from_ckpt(const k3_st_ckpt *ck, pk_input **out, size_t *n, k3_d
     return K3_OK;
 }
 
-k3_err pk_pack_from_checkpoint(pk_writer *w, const k3_st_ckpt *ck, const pk_input *in, int threads, k3_diag *d)
+/* The checkpoint's files opened for packing, each still what k3pack validated (size and mtime of in);
+   *fds is NULL only when out of memory (else close_inputs closes what opened). */
+static k3_err open_inputs(const k3_st_ckpt *ck, const pk_input *in, int **fds_out, k3_diag *d)
 {
-    int *fds = malloc((ck->n_files + 1) * sizeof *fds);         /* [n_files] */
+    int *fds = *fds_out = malloc((ck->n_files + 1) * sizeof *fds);   /* [n_files] */
     if (!fds) return k3_fail(d, K3_ERR_NOMEM, "out of memory");
     k3_err e = K3_OK;
     for (size_t i = 0; i < ck->n_files; i++) fds[i] = -1;
@@ -113,6 +115,21 @@ k3_err pk_pack_from_checkpoint(pk_writer *w, const k3_st_ckpt *ck, const pk_inpu
             e = k3_fail(d, K3_ERR_IO, "'%s' changed after k3pack validated it (size or modification time); "
                         "rerun k3pack when the checkpoint is stable", ck->files[i].path);
     }
+    return e;
+}
+
+static void close_inputs(const k3_st_ckpt *ck, int *fds)
+{
+    for (size_t i = 0; i < ck->n_files; i++)
+        if (fds[i] >= 0) close(fds[i]);
+    free(fds);
+}
+
+k3_err pk_pack_from_checkpoint(pk_writer *w, const k3_st_ckpt *ck, const pk_input *in, int threads, k3_diag *d)
+{
+    int *fds;
+    k3_err e = open_inputs(ck, in, &fds, d);
+    if (!fds) return e;
     if (threads < 1) threads = 1;
     k3_diag first = {0};
     int failed = 0;
@@ -148,9 +165,7 @@ k3_err pk_pack_from_checkpoint(pk_writer *w, const k3_st_ckpt *ck, const pk_inpu
         e = buf ? pk_write_copied(w, ck, fds, buf, d) : k3_fail(d, K3_ERR_NOMEM, "out of memory");
         free(buf);
     }
-    for (size_t i = 0; i < ck->n_files; i++)
-        if (fds[i] >= 0) close(fds[i]);
-    free(fds);
+    close_inputs(ck, fds);
     return e;
 }
 
@@ -202,7 +217,7 @@ static void hasher_give(hasher *x, const uint8_t *p, size_t n)
 /* One file front to back: every byte hashed (SHA-256), the planned tensors written. buf holds two
    chunks: one being hashed while the next is read and packed. */
 static k3_err stream_file(pk_stream *st, const k3_st_file *f, int fd, uint32_t no, const k3_dl *dl,
-                          const volatile int *stop, uint8_t *buf, int *bad_download, k3_diag *d)
+                          const volatile int *stop, uint8_t *buf, int *bad_download, int *stopped, k3_diag *d)
 {
     pk_entry es;
     pk_entry_begin(&es, f->name, f->size, no, k3_dl_find(dl, f->name));
@@ -217,7 +232,11 @@ static k3_err stream_file(pk_stream *st, const k3_st_file *f, int fd, uint32_t n
     for (uint64_t pos = 0; pos < f->size && !e; cur ^= 1) {
         size_t n = (size_t)(f->size - pos < PK_CHUNK ? f->size - pos : PK_CHUNK);
         uint8_t *b = buf + (size_t)cur * PK_CHUNK;      /* the hasher may still be on the other chunk */
-        if (*stop) { e = k3_fail(d, K3_ERR_IO, "stopped"); break; }   /* another file failed */
+        if (*stop) {                                  /* another file failed: its error is the one */
+            *stopped = 1;
+            e = k3_fail(d, K3_ERR_IO, "stopped");
+            break;
+        }
         e = pk_check_interrupt(d);
         if (!e && (e = k3_pread_full(fd, b, n, pos, f->path, d))) {
             struct stat st2;
@@ -256,19 +275,9 @@ static k3_err stream_file(pk_stream *st, const k3_st_file *f, int fd, uint32_t n
 k3_err pk_pack_stream_ckpt(pk_writer *w, const k3_st_ckpt *ck, const k3_dl *dl, int threads, int *bad_download,
                            k3_diag *d)
 {
-    int *fds = malloc((ck->n_files + 1) * sizeof *fds);         /* [n_files] */
-    if (!fds) return k3_fail(d, K3_ERR_NOMEM, "out of memory");
-    k3_err e = K3_OK;
-    for (size_t i = 0; i < ck->n_files; i++) fds[i] = -1;
-    for (size_t i = 0; i < ck->n_files && !e; i++) {
-        struct stat st;
-        fds[i] = k3_open_read(ck->files[i].path);
-        if (fds[i] < 0) e = k3_fail(d, K3_ERR_IO, "cannot open '%s': %s", ck->files[i].path, strerror(errno));
-        else if (fstat(fds[i], &st) != 0 || (uint64_t)st.st_size != w->inputs[i].size ||
-                 mtime_ns(&st) != w->inputs[i].mtime_ns)
-            e = k3_fail(d, K3_ERR_IO, "'%s' changed after k3pack validated it (size or modification time); "
-                        "rerun k3pack when the checkpoint is stable", ck->files[i].path);
-    }
+    int *fds;
+    k3_err e = open_inputs(ck, w->inputs, &fds, d);
+    if (!fds) return e;
     if (threads < 1) threads = 1;
     k3_diag first = {0};
     volatile int failed = 0;
@@ -281,14 +290,15 @@ k3_err pk_pack_stream_ckpt(pk_writer *w, const k3_st_ckpt *ck, const k3_dl *dl, 
 #pragma omp for schedule(dynamic, 1)
             for (size_t i = 0; i < ck->n_files; i++) {
                 k3_diag dd;
+                int stopped = 0;
                 if (failed) continue;
                 k3_err es = !buf ? k3_fail(&dd, K3_ERR_NOMEM, "out of memory")
                           : stream_file(&stm, &ck->files[i], fds[i], (uint32_t)i + 1, dl, &failed, buf,
-                                        bad_download, &dd);
+                                        bad_download, &stopped, &dd);
                 if (es) {
 #pragma omp critical(pk_first_error)
                     {
-                        if (!have_first && strcmp(dd.msg, "stopped")) {   /* the cause, not another's stop */
+                        if (!have_first && !stopped) {                /* the cause, not another's stop */
                             first = dd;
                             have_first = 1;
                         }
@@ -300,8 +310,6 @@ k3_err pk_pack_stream_ckpt(pk_writer *w, const k3_st_ckpt *ck, const k3_dl *dl, 
         }
         if (failed) e = k3_fail(d, first.code, "%s", first.msg);
     }
-    for (size_t i = 0; i < ck->n_files; i++)
-        if (fds[i] >= 0) close(fds[i]);
-    free(fds);
+    close_inputs(ck, fds);
     return e;
 }

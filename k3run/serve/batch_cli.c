@@ -114,7 +114,7 @@ int srv_batch_line(const char *line, size_t len, uint32_t no, char **custom_id, 
         if (!(*body_out = json_dumps(body, JSON_COMPACT))) rc = -1;
     }
     json_decref(o);
-    srv_msg_clean(err, cap);
+    k3_escape_ctl_in_place(err, cap);
     return rc;
 }
 

@@ -224,26 +224,12 @@ static int common_fields(srv *s, chk *c, srv_job *j)
     return 0;
 }
 
-/* A refusal's message repeats what the client sent (a JSON parser's excerpt, a field's value): its
-   control bytes are written escaped, so every message is one line, whatever shows it. */
-void srv_msg_clean(char *msg, size_t cap)
-{
-    size_t n = strnlen(msg, cap);
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)msg[i] < 0x20 || msg[i] == 0x7f) {
-            char tmp[2048];
-            k3_escape_ctl(msg, n, tmp, sizeof tmp < cap ? sizeof tmp : cap);
-            snprintf(msg, cap, "%s", tmp);
-            return;
-        }
-}
-
 static int parse_chat(srv *s, srv_kind kind, const char *body, size_t len, srv_job **out, char *msg, size_t cap);
 
 int srv_api_parse(srv *s, srv_kind kind, const char *body, size_t len, srv_job **out, char *msg, size_t cap)
 {
     int rc = parse_chat(s, kind, body, len, out, msg, cap);
-    if (rc) srv_msg_clean(msg, cap);
+    if (rc) k3_escape_ctl_in_place(msg, cap);     /* it repeats what the client sent: one safe line */
     return rc;
 }
 
@@ -338,7 +324,7 @@ int srv_api_parse_as(srv *s, const srv_api_ops *api, const char *body, size_t le
     if (!rc) rc = srv_api_parse(s, SRV_CHAT, chat, chat_len, out, msg, cap);
     free(chat);
     if (rc) {
-        srv_msg_clean(msg, cap);
+        k3_escape_ctl_in_place(msg, cap);
         if (api->free_state) api->free_state(state);
         return rc;
     }

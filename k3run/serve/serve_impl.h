@@ -266,9 +266,6 @@ char *srv_messages_count_tokens(srv *s, const char *body, size_t len, int *statu
    (malloc'd), or NULL with *status and msg[cap]. */
 char *srv_responses_get(const char *id, int del, int *status, char *msg, size_t cap);
 
-/* A message's control bytes escaped in place (one line, whatever shows it). */
-void srv_msg_clean(char *msg, size_t cap);
-
 /* Output of a job, for its connection to send (serve_api.c). */
 void srv_put(srv *s, srv_job *j, const char *text, int event);        /* event: as "data: TEXT" */
 void srv_put_json(srv *s, srv_job *j, json_t *doc);                   /* stolen; an event if j->stream */

@@ -20,6 +20,7 @@
 
 #include "chat_json.h"
 #include "chat_render.h"
+#include "k3_log.h"
 #include "k3_utf8.h"
 #include "serve_impl.h"
 
@@ -515,7 +516,7 @@ char *srv_messages_count_tokens(srv *s, const char *body, size_t len, int *statu
     msg_state st = {0};
     json_t *req = NULL;
     *status = load(body, len, 0, &req, &st, msg, cap);
-    if (*status) { srv_msg_clean(msg, cap); return NULL; }
+    if (*status) { k3_escape_ctl_in_place(msg, cap); return NULL; }
     char *text = json_dumps(req, JSON_COMPACT | JSON_PRESERVE_ORDER), *out = NULL;
     json_decref(req);
     if (!text) { *status = 500; snprintf(msg, cap, "out of memory"); return NULL; }
@@ -526,7 +527,7 @@ char *srv_messages_count_tokens(srv *s, const char *body, size_t len, int *statu
     if (e) {
         *status = e == K3_ERR_USAGE ? 400 : 500;
         snprintf(msg, cap, "%s", d.msg);
-        srv_msg_clean(msg, cap);
+        k3_escape_ctl_in_place(msg, cap);
         return NULL;
     }
     json_t *doc = json_pack("{s:I}", "input_tokens", (json_int_t)pr.n_ids);
