@@ -63,19 +63,38 @@ static const char usage_footer[] =
     "not as published stops k3pack (exit 1, naming it) and nothing made from it is kept.\n"
     "\nExample:\n  k3pack ~/models/Kimi-K3 -o ~/packs/k3 && k3verify ~/packs/k3\n";
 
-/* The small files k3pack reads whole (config, index, tokenizer, sampling defaults): each checked
-   against its published hash when one is known, and recorded with its SHA-256. */
-static k3_err side_files(pk_writer *w, const k3_st_ckpt *ck, const k3_dl *dl, int *bad, k3_diag *d)
+/* The small files k3pack reads whole: each checked against its published hash when one is known, and
+   recorded with its SHA-256. The config and the tokenizer files are hashed as read (the bytes the pack
+   holds); the index, which k3_st_open read and let go, is read again. */
+static k3_err side_files(pk_writer *w, const k3_st_ckpt *ck, const k3_dl *dl, const char *const *tok_names,
+                         char *const *tok_data, const size_t *tok_len, int *bad, k3_diag *d)
 {
-    static const char *const names[] = {"config.json", K3_ST_INDEX_NAME, "tiktoken.model", "tokenizer_config.json",
-                                        K3_GENCONFIG_NAME};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    const char *names[2 + PK_MAX_TOK] = {"config.json", K3_ST_INDEX_NAME};
+    const char *data[2 + PK_MAX_TOK] = {ck->config_json, NULL};
+    size_t len[2 + PK_MAX_TOK] = {ck->config_len, 0};
+    for (int i = 0; i < PK_MAX_TOK; i++) {
+        names[2 + i] = tok_names[i];
+        data[2 + i] = tok_data[i];
+        len[2 + i] = tok_len[i];
+    }
+    for (int i = 0; i < 2 + PK_MAX_TOK; i++) {
         char path[4096];
         struct stat st;
-        if (!ck->dir || k3_path_join(path, sizeof path, ck->dir, names[i], NULL) || stat(path, &st)) continue;
+        if (!ck->dir || k3_path_join(path, sizeof path, ck->dir, names[i], NULL)) continue;
+        const k3_dl_want *want = k3_dl_find(dl, names[i]);
         uint8_t sha[32];
-        uint64_t n;
-        k3_err e = k3_dl_hash_file(path, k3_dl_find(dl, names[i]), sha, &n, d);
+        uint64_t n = len[i];
+        k3_err e;
+        if (data[i]) {
+            k3_dl_hash h;
+            k3_dl_hash_begin(&h, want, n);
+            k3_dl_hash_update(&h, data[i], n);
+            e = k3_dl_hash_end(&h, want, path, sha, d);
+        } else if (i == 1 && stat(path, &st) == 0) {
+            e = k3_dl_hash_file(path, want, sha, &n, d);
+        } else {
+            continue;                                /* the checkpoint has no such file */
+        }
         if (e == K3_ERR_CORRUPT) *bad = 1;
         if (e || (e = pk_add_src_file(w, names[i], n, sha, d))) return e;
     }
@@ -329,7 +348,7 @@ int main(int argc, char **argv)
        byte hashed on the way (an in-place pack reads its files in place: checked first, in a pass of
        their own) */
     int bad_download = 0;
-    if (!archive) e = side_files(&w, &ck, &dl, &bad_download, &d);
+    if (!archive) e = side_files(&w, &ck, &dl, tok_names, tok_data, tok_len, &bad_download, &d);
     if (!e && in_place && dl.n) e = in_place_files(&w, &ck, &dl, &bad_download, &d);
     k3_progress_start(&w.prog, "k3pack", plan.src_bytes);
     if (e) {
