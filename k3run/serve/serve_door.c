@@ -38,6 +38,7 @@ struct srv_sock {
     struct sockaddr_storage addr; /* the client's address (the per-address cap) */
     socklen_t addr_len;
     double deadline;              /* the request must have arrived by then (0: none) */
+    int body;                     /* the deadline is its body's (--timeout): a 408 says so */
     int refused;                  /* over a cap: its request gets a 503 */
     srv_job *wait;                /* suspended until this job has output or is done (NULL: not waiting) */
 };
@@ -129,12 +130,13 @@ int srv_door_refused(srv *s, struct MHD_Connection *c, char *msg, size_t cap)
     return 1;
 }
 
-void srv_door_deadline(srv *s, struct MHD_Connection *c, double seconds)
+void srv_door_deadline(srv *s, struct MHD_Connection *c, double seconds, int body)
 {
     srv_sock *k = srv_door_sock(c);
     if (!k) return;
     pthread_mutex_lock(&s->mu);
     k->deadline = seconds > 0 ? k3_now() + seconds : 0;
+    k->body = body;
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -183,8 +185,16 @@ static void *waker(void *arg)
                     MHD_resume_connection(k->c);
                 }
             } else if (look && k->deadline && now > k->deadline) {
-                /* its request did not arrive in time: the event loop sees the end of the stream and closes it */
+                /* its request did not arrive in time: the event loop sees the end of the stream and closes
+                   it. A body under way is told why (the event loop writes nothing while a body comes in);
+                   a header is not (an idle kept-alive connection would read the 408 as its next answer). */
                 k->deadline = 0;
+                if (k->body) {
+                    char m[200];
+                    snprintf(m, sizeof m, "the body did not arrive within %u s (k3run serve --timeout)", s->timeout_s);
+                    srv_raw_error(k->fd, s->tls_cert != NULL, 408, "Request Timeout", m);
+                    s->mt.errors[408]++;
+                }
                 shutdown(k->fd, SHUT_RDWR);
                 s->mt.timed_out_conns++;
             }

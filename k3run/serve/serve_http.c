@@ -41,7 +41,6 @@ typedef enum { R_CHAT, R_COMPLETION, R_MODELS, R_HEALTH, R_METRICS, R_PAGE, R_ME
 typedef struct conn {
     srv *s;
     route r;
-    double t0;                    /* when its headers arrived */
     srv_buf body;                 /* [body.n] the request body so far */
     int failed;                   /* an error response is queued, or (fail_status) waits for the body's end */
     int fail_status;              /* a refusal sent once the body is read (closing on unread data could
@@ -126,23 +125,29 @@ static enum MHD_Result send_error(srv *s, struct MHD_Connection *c, int status, 
 }
 
 /* An error written straight to the socket, for a request given up while its body still comes in:
-   libmicrohttpd sends no response queued before the body's end, it only closes. The caller
-   returns MHD_NO, which closes the connection. */
-static enum MHD_Result raw_error(srv *s, int fd, int status, const char *reason, const char *msg)
+   libmicrohttpd sends no response queued before the body's end, it only closes. Takes no lock
+   (the waker calls it holding mu); the caller closes the connection. */
+void srv_raw_error(int fd, int tls, int status, const char *reason, const char *msg)
 {
-    pthread_mutex_lock(&s->mu);
-    s->mt.errors[status]++;
-    pthread_mutex_unlock(&s->mu);
     char *e = srv_api_error_json(status, msg), *r = NULL;
     int n = e ? asprintf(&r, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
                          "Connection: close\r\n\r\n%s", status, reason, strlen(e), e) : -1;
-    if (n > 0 && fd >= 0 && !s->tls_cert) {     /* under TLS the socket carries records: just close */
+    if (n > 0 && fd >= 0 && !tls) {             /* under TLS the socket carries records: just close */
         ssize_t w = send(fd, r, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
         (void)w;
         shutdown(fd, SHUT_WR);
     }
     free(r);
     free(e);
+}
+
+/* The same from the event loop, counted; returns MHD_NO, which closes the connection. */
+static enum MHD_Result raw_error(srv *s, int fd, int status, const char *reason, const char *msg)
+{
+    pthread_mutex_lock(&s->mu);
+    s->mt.errors[status]++;
+    pthread_mutex_unlock(&s->mu);
+    srv_raw_error(fd, s->tls_cert != NULL, status, reason, msg);
     return MHD_NO;
 }
 
@@ -307,14 +312,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!(k = calloc(1, sizeof *k))) return MHD_NO;
         *con_cls = k;
         k->s = s;
-        k->t0 = k3_now();
         char m[600];
         if (srv_door_refused(s, c, m, sizeof m)) {  /* over a cap: refused, and closed once answered */
             k->failed = 1;
             k->r = R_NONE;
             return send_error_h(s, c, 503, m, "Connection", "close");
         }
-        srv_door_deadline(s, c, s->timeout_s);       /* the body has --timeout to arrive */
+        srv_door_deadline(s, c, s->timeout_s, 1);    /* the body has --timeout to arrive */
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
         k->fd = ci ? ci->connect_fd : -1;
         k->r = R_NONE;
@@ -377,12 +381,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         size_t n = *upload_size;
         *upload_size = 0;
         if (k->failed) return MHD_YES;
-        if (k3_now() - k->t0 > s->timeout_s) {       /* a slow client: refuse now and close */
-            char m[200];
-            k->failed = 1;
-            snprintf(m, sizeof m, "the body did not arrive within %u s (k3run serve --timeout)", s->timeout_s);
-            return raw_error(s, k->fd, 408, "Request Timeout", m);
-        }
         if (!k->fail_status && k->body.n + n > s->max_body) {
             k->fail_status = 413;
             snprintf(k->fail_msg, sizeof k->fail_msg, "the body is larger than %zu bytes", s->max_body);
@@ -401,7 +399,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     if (k->job) return api_finish(s, k, c);         /* resumed: its answer is made */
     if (k->failed) return MHD_YES;                   /* its error is queued already */
-    srv_door_deadline(s, c, 0);                      /* the request is in */
+    srv_door_deadline(s, c, 0, 0);                   /* the request is in */
     if (k->fail_status) {
         k->failed = 1;
         return send_error_api(s, c, api_of(k->r), k->fail_status, k->fail_msg, NULL, NULL);
@@ -468,7 +466,7 @@ static void on_done(void *cls, struct MHD_Connection *c, void **con_cls, enum MH
     (void)toe;
     conn *k = *con_cls;
     if (!k) return;
-    srv_door_deadline(s, c, s->header_timeout_s);    /* a kept-alive connection's next request */
+    srv_door_deadline(s, c, s->header_timeout_s, 0); /* a kept-alive connection's next request */
     if (k->job) {                                    /* closed while its answer was made */
         pthread_mutex_lock(&s->mu);
         k->job->cancel = 1;
@@ -515,7 +513,8 @@ int srv_http_start(srv *s)
     s->mhd = MHD_start_daemon(flags, s->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                               MHD_OPTION_THREAD_POOL_SIZE, (unsigned)SRV_POOL_THREADS,
                               MHD_OPTION_CONNECTION_LIMIT, s->max_conns + SRV_CONN_SPARE,
-                              MHD_OPTION_CONNECTION_TIMEOUT, s->timeout_s,
+                              /* idle past --timeout: a second later than the waker's deadlines, which answer */
+                              MHD_OPTION_CONNECTION_TIMEOUT, s->timeout_s + 1,
                               MHD_OPTION_NOTIFY_CONNECTION, srv_door_notify, s,
                               MHD_OPTION_NOTIFY_COMPLETED, on_done, s,
                               MHD_OPTION_ARRAY, tls, MHD_OPTION_END);

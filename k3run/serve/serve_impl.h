@@ -299,7 +299,9 @@ void srv_door_notify(void *cls, struct MHD_Connection *c, void **socket_context,
 srv_sock *srv_door_sock(struct MHD_Connection *c);
 /* The connection is over a cap: 1 with the refusal's message in msg[cap]. */
 int srv_door_refused(srv *s, struct MHD_Connection *c, char *msg, size_t cap);
-void srv_door_deadline(srv *s, struct MHD_Connection *c, double seconds);   /* from now (0: none); takes mu */
+/* from now (0: none); body: the deadline of a body under way, answered 408 when it passes; takes mu */
+void srv_door_deadline(srv *s, struct MHD_Connection *c, double seconds, int body);
+void srv_raw_error(int fd, int tls, int status, const char *reason, const char *msg);  /* no lock */
 /* With mu held: suspend c until j has output (a stream) or is done; the waker resumes it. */
 void srv_door_wait(srv *s, struct MHD_Connection *c, srv_job *j);
 int srv_peer_gone(int fd);          /* the client closed its side */

@@ -11,6 +11,7 @@ so 1e-4 leaves ~8x headroom while a real bug (a wrong norm eps, a swapped
 gate, a missed expert) moves these values by 1e-3 or more.
 """
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -72,6 +73,12 @@ def make_pack(preset, seed, work=None):
     work = work or os.path.join(TMP, "k3run-fixtures")
     os.makedirs(work, exist_ok=True)
     ck = os.path.join(work, "%s-%d" % (preset, seed))
+    with open(ck + ".lock", "w") as lock:      # tests running side by side make it once
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _make_pack(preset, seed, ck)
+
+
+def _make_pack(preset, seed, ck):
     pk = ck + ".k3pack"
     if not os.path.exists(os.path.join(ck, "config.json")):
         run([PY, os.path.join(REF, "make_checkpoint.py"), "--preset", preset, "--seed", str(seed), "--out", ck])

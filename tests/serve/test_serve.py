@@ -238,11 +238,15 @@ class ServeKjv(unittest.TestCase):
         self.assertEqual(st, 200, d)
 
     def test_slow_client(self):
-        """a body sent one byte a second is refused (408) after --timeout; others are served meanwhile"""
+        """a body sent one byte a second, or one that stops, is refused (408) after --timeout; others are
+        served meanwhile"""
         s = socket.create_connection((self.srv.host, self.srv.port), timeout=30)
         body = json.dumps({"messages": msgs(("user", "hi"))}).encode()
-        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                  b"Content-Length: %d\r\n\r\n" % len(body))
+        head = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n" % len(body))
+        s.sendall(head)
+        stalled = socket.create_connection((self.srv.host, self.srv.port), timeout=30)
+        stalled.sendall(head + body[:5])           # and then nothing: told 408 all the same
         t0, reply = time.time(), b""
         served = []
 
@@ -278,6 +282,16 @@ class ServeKjv(unittest.TestCase):
         s.close()
         th.join(30)
         self.assertTrue(reply.startswith(b"HTTP/1.1 408"), reply[:200])
+        stalled.settimeout(max(1.0, 12 - (time.time() - t0)))
+        late = b""
+        try:
+            while got := stalled.recv(65536):
+                late += got
+        except OSError:
+            pass
+        stalled.close()
+        self.assertTrue(late.startswith(b"HTTP/1.1 408") and b"--timeout" in late, late[:200])
+        self.assertEqual(late.count(b"HTTP/1.1"), 1, late)
         self.assertLess(time.time() - t0, 12)
         self.assertEqual(served, [200])
         self.healthy()
