@@ -150,6 +150,23 @@ void srv_door_wait(srv *s, struct MHD_Connection *c, srv_job *j)
     MHD_suspend_connection(c);
 }
 
+/* An error written straight to the socket, for a request given up while its body still comes in:
+   libmicrohttpd sends no response queued before the body's end, it only closes. Takes no lock
+   (the waker calls it holding mu); the caller closes the connection. */
+void srv_raw_error(int fd, int tls, int status, const char *reason, const char *msg)
+{
+    char *e = srv_api_error_json(status, msg), *r = NULL;
+    int n = e ? asprintf(&r, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+                         "Connection: close\r\n\r\n%s", status, reason, strlen(e), e) : -1;
+    if (n > 0 && fd >= 0 && !tls) {             /* under TLS the socket carries records: just close */
+        ssize_t w = send(fd, r, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
+        (void)w;
+        shutdown(fd, SHUT_WR);
+    }
+    free(r);
+    free(e);
+}
+
 /* ---- the waker ------------------------------------------------------------------------ */
 
 /* The client closed its side (or the connection broke). */

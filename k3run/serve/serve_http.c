@@ -124,24 +124,8 @@ static enum MHD_Result send_error(srv *s, struct MHD_Connection *c, int status, 
     return send_error_h(s, c, status, msg, NULL, NULL);
 }
 
-/* An error written straight to the socket, for a request given up while its body still comes in:
-   libmicrohttpd sends no response queued before the body's end, it only closes. Takes no lock
-   (the waker calls it holding mu); the caller closes the connection. */
-void srv_raw_error(int fd, int tls, int status, const char *reason, const char *msg)
-{
-    char *e = srv_api_error_json(status, msg), *r = NULL;
-    int n = e ? asprintf(&r, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
-                         "Connection: close\r\n\r\n%s", status, reason, strlen(e), e) : -1;
-    if (n > 0 && fd >= 0 && !tls) {             /* under TLS the socket carries records: just close */
-        ssize_t w = send(fd, r, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
-        (void)w;
-        shutdown(fd, SHUT_WR);
-    }
-    free(r);
-    free(e);
-}
-
-/* The same from the event loop, counted; returns MHD_NO, which closes the connection. */
+/* An error written straight to the socket (srv_raw_error), counted; returns MHD_NO, which closes
+   the connection. */
 static enum MHD_Result raw_error(srv *s, int fd, int status, const char *reason, const char *msg)
 {
     pthread_mutex_lock(&s->mu);
