@@ -123,6 +123,10 @@ k3_err k3_model_state_set_pos(k3_model *m, uint32_t pos, k3_diag *d);
 k3_model *k3_model_seq(k3_model *m, uint32_t s);      /* NULL: s >= n_seq */
 uint32_t k3_model_n_seq(const k3_model *m);
 uint32_t k3_model_seq_index(const k3_model *m);        /* a handle's s */
+/* A fork: dst's sequence becomes src's (position, KDA states, MLA cache rows, last logits), so
+   what follows on either is what would follow on src. Handles of one model; neither in a pass,
+   src with no verify pass open. */
+k3_err k3_model_seq_copy(k3_model *dst, const k3_model *src, k3_diag *d);
 
 typedef struct k3_model_rows {
     k3_model *seq;           /* the sequence's handle (of this model) */

@@ -112,6 +112,22 @@ k3_err k3_chat_adopt(k3_chat *c, const int32_t *ids, uint32_t n, k3_diag *d)
     return K3_OK;
 }
 
+static void take_snapshot(k3_chat *c);
+
+k3_err k3_chat_fork(k3_chat *dst, const k3_chat *src, k3_diag *d)
+{
+    uint32_t pos = k3_model_pos(src->m);
+    if (dst->cap < pos) return k3_fail(d, K3_ERR_INTERNAL, "fork: %u ids into a chat of %u", pos, dst->cap);
+    k3_err e = k3_model_seq_copy(dst->m, src->m, d);
+    if (e) return e;
+    memcpy(dst->held, src->held, (size_t)pos * sizeof *dst->held);
+    k3_sampler_forget(&dst->s);                       /* the sampler's history is the held ids */
+    for (uint32_t i = 0; i < pos; i++) k3_sampler_accept(&dst->s, dst->held[i]);
+    dst->n_snaps = 0;                                 /* its own history is gone */
+    take_snapshot(dst);
+    return K3_OK;
+}
+
 /* Process ids[0 .. n) (a prompt's rest, a generated or forced id): hold them, move the model past them. */
 static k3_err feed(k3_chat *c, const int32_t *ids, uint32_t n, k3_diag *d)
 {
@@ -286,6 +302,7 @@ k3_err k3_chat_turn(k3_chat *c, const char *request, size_t len, const k3_chat_o
     st->prompt_tokens = (uint32_t)pr.n_ids;
     if ((e = sync_prompt(c, pr.ids, (uint32_t)pr.n_ids, &st->cached_tokens, d))) goto out;
     take_snapshot(c);
+    if (o->on_prompt) o->on_prompt(o->on_prompt_ctx, c);
     st->t_prompt = k3_now() - t0;
 
     turn t = {.sink = sink};
@@ -402,6 +419,7 @@ k3_err k3_chat_complete(k3_chat *c, const int32_t *ids, uint32_t n, int64_t eos,
     k3_err e = sync_prompt(c, ids, n, &st->cached_tokens, d);
     if (e) return e;
     take_snapshot(c);
+    if (o->on_prompt) o->on_prompt(o->on_prompt_ctx, c);
     st->t_prompt = k3_now() - t0;
     turn t = {.sink = sink};
     if ((e = k3_stopstr_init(&t.stop, o->stops, (size_t)o->n_stops, d))) return e;

@@ -24,11 +24,17 @@
 #include "engine.h"
 #include "text.h"
 
+typedef struct k3_chat k3_chat;
+
 typedef struct k3_chat_opts {
     uint32_t n_predict;            /* answer tokens at most (forced markup included) */
     uint32_t think_budget;         /* after this many reasoning tokens close the think channel; 0: no limit */
     const char *const *stops;      /* [n_stops] stop strings for the answer */
     int n_stops;
+    /* called once the prompt is processed, before the first answer token: the state a fork
+       (k3_chat_fork) copies to answer the same prompt again elsewhere; NULL: none */
+    void (*on_prompt)(void *ctx, k3_chat *c);
+    void *on_prompt_ctx;
 } k3_chat_opts;
 
 typedef struct k3_chat_stats {
@@ -52,7 +58,6 @@ typedef struct k3_chat_sink {
     void *ctx;
 } k3_chat_sink;
 
-typedef struct k3_chat k3_chat;
 
 k3_err k3_chat_new(k3_model *m, const k3_tok *tok, const k3_sampler_opts *so, uint32_t snapshots, k3_chat **out,
                    k3_diag *d);
@@ -90,6 +95,10 @@ k3_err k3_chat_complete(k3_chat *c, const int32_t *ids, uint32_t n, int64_t eos,
 /* The ids the model holds (its position), and the sampler (for session files). */
 const int32_t *k3_chat_held(const k3_chat *c, uint32_t *n);
 k3_sampler *k3_chat_sampler(k3_chat *c);
+/* A fork: dst (a chat over another sequence of the same model) holds what src holds, state and
+   ids, with a snapshot there, so a turn of dst on src's last prompt processes nothing and answers
+   what src would. Neither may be in a model call (src's on_prompt is such a moment). */
+k3_err k3_chat_fork(k3_chat *dst, const k3_chat *src, k3_diag *d);
 /* After a session was loaded into the model: hold these ids (the first k3_model_pos of them). */
 k3_err k3_chat_adopt(k3_chat *c, const int32_t *ids, uint32_t n, k3_diag *d);
 

@@ -538,7 +538,7 @@ static void on_text(void *ctx, int channel, const uint8_t *b, size_t n)
 {
     run_ctx *r = ctx;
     if (!r->j->stream) return;
-    char *t = srv_utf8_take(&r->j->u8[channel], b, n, 0);
+    char *t = srv_utf8_take(&r->u8[channel], b, n, 0);
     if (t && *t) r->j->api->text(r, channel, t);
     free(t);
 }
@@ -546,7 +546,7 @@ static void on_text(void *ctx, int channel, const uint8_t *b, size_t n)
 static void flush_text(run_ctx *r)
 {
     for (int ch = 0; ch < 2; ch++) {
-        char *t = srv_utf8_take(&r->j->u8[ch], NULL, 0, 1);
+        char *t = srv_utf8_take(&r->u8[ch], NULL, 0, 1);
         if (t && *t) r->j->api->text(r, ch, t);
         free(t);
     }
@@ -556,7 +556,7 @@ static void on_call(void *ctx, const char *name, const char *arguments)
 {
     run_ctx *r = ctx;
     srv_job *j = r->j;
-    int i = j->n_calls++;
+    int i = r->n_calls++;
     if (!j->stream) return;
     flush_text(r);
     j->api->call(r, i, name, arguments);
@@ -600,45 +600,171 @@ static void add_stats(k3_chat_stats *all, const k3_chat_stats *st, int first)
     all->dec.tokens += st->dec.tokens;
 }
 
+/* ---- n choices, side by side ------------------------------------------------ */
+
 /*
- * n choices (n > 1) are generated one after another in the slot from one processed prompt: the
- * first processes it, each next one finds it whole in the prompt cache (the snapshot at its end),
- * so nothing of it is read again. Choice i samples with the request's seed + i: it is the answer
- * the same request with that seed gets alone.
+ * n choices (n > 1) come from one processed prompt. Choice i samples with the request's seed + i:
+ * it is the answer the same request with that seed gets alone. The slot that took the request
+ * (the leader) runs choice 0; once its prompt is processed (k3_chat_opts.on_prompt), it takes
+ * every idle slot it can for the next choices and forks its state into each (k3_chat_fork: their
+ * turns on the same request then process nothing), so they generate side by side, sharing each
+ * pass. The choices no slot was free for the leader runs after its own, one after another, each
+ * finding the prompt whole in its cache. Each choice is computed by exactly the code it runs
+ * alone, on a state equal to the one it would have alone, so its bytes are the same whichever
+ * slot runs it and whatever shares its passes.
  */
+
+/* What a choice run by a helper slot gave (srv_job.fork[choice]). */
+typedef struct srv_fork {
+    k3_chat_stats st;
+    json_t *acc;                   /* the API's gathering of that choice (OpenAI: its entry) */
+    k3_err e;
+    char msg[K3_DIAG_MAX];
+} srv_fork;
+
+typedef struct lead_ctx {
+    srv *s;
+    srv_slot *sl;
+    srv_job *j;
+} lead_ctx;
+
+/* The leader's prompt is processed (its thread, between model calls: no pass runs meanwhile). */
+static void fork_helpers(void *ctx, k3_chat *c)
+{
+    lead_ctx *L = ctx;
+    srv *s = L->s;
+    srv_job *j = L->j;
+    srv_slot *got[K3_SERVE_SLOTS_MAX];
+    int n = 0;
+    pthread_mutex_lock(&s->mu);
+    for (uint32_t i = 0; i < s->n_slots && j->next_choice < j->n_choices && !j->cancel && !s->stopping; i++) {
+        srv_slot *o = &s->slots[i];
+        if (o == L->sl || !o->idle || o->help) continue;
+        o->idle = 0;                               /* no other job chooses it now (mine) */
+        o->help = 1;
+        o->help_choice = j->next_choice++;
+        o->job = j;
+        j->helpers++;
+        j->refs++;
+        got[n++] = o;
+    }
+    pthread_mutex_unlock(&s->mu);
+    for (int k = 0; k < n; k++) {                  /* a fork refused leaves it as it was: it processes the prompt */
+        k3_diag d;
+        if (k3_chat_fork(got[k]->chat, c, &d)) k3_warn("slot %u: %s", got[k]->idx, d.msg);
+    }
+    pthread_mutex_lock(&s->mu);
+    for (int k = 0; k < n; k++) got[k]->help = 2;  /* go */
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* One choice of j in slot sl: its text streams and its result goes to r->acc (the API's choice). */
+static k3_err run_choice(srv_slot *sl, run_ctx *r, int i, lead_ctx *lead, k3_chat_stats *st, k3_diag *d)
+{
+    srv_job *j = r->j;
+    k3_chat_sink sink = {.text = on_text, .call = on_call, .ctx = r};
+    char *message = NULL, *text = NULL;
+    size_t text_len = 0;
+    r->index = i;
+    r->n_calls = 0;
+    memset(r->u8, 0, sizeof r->u8);
+    j->api->start(r);
+    k3_sampler_opts so = j->so;
+    so.seed += (uint64_t)i;
+    k3_chat_opts co = j->co;
+    if (lead) {
+        co.on_prompt = fork_helpers;
+        co.on_prompt_ctx = lead;
+    }
+    k3_err e = k3_chat_set_sampler(sl->chat, &so, d);
+    if (!e && j->kind == SRV_CHAT)
+        e = k3_chat_turn(sl->chat, j->body, j->body_len, &co, &sink, &j->cancel, &message, st, d);
+    else if (!e)
+        e = k3_chat_complete(sl->chat, j->ids, j->n_ids, r->s->eos, &co, &sink, &j->cancel, &text, &text_len, st, d);
+    if (!e) {
+        if (j->stream) flush_text(r);
+        j->api->choice(r, st, message, text, text_len);
+    }
+    free(message);
+    free(text);
+    return e;
+}
+
+void srv_api_help(srv *s, srv_slot *sl, srv_job *j, int i)
+{
+    srv_fork *f = &j->fork[i];
+    run_ctx r = {.s = s, .j = j, .acc = json_array()};
+    k3_diag d = {0};
+    f->e = run_choice(sl, &r, i, NULL, &f->st, &d);
+    if (f->e) {
+        k3_chat_reset(sl->chat);                  /* its state is unknown: start afresh */
+        snprintf(f->msg, sizeof f->msg, "%s", d.msg);
+    }
+    f->acc = r.acc;
+}
+
+/* The leader's gathering and the helpers' in the order of the choices (OpenAI's: entries with "index"). */
+static json_t *merge_choices(srv_job *j, json_t *lead)
+{
+    json_t *all = json_array();
+    for (int i = 0; i < j->n_choices; i++) {
+        json_t *from = j->fork[i].acc ? j->fork[i].acc : lead;
+        size_t k;
+        json_t *v;
+        json_array_foreach(from, k, v) {
+            if (json_integer_value(json_object_get(v, "index")) == i) {
+                json_array_append(all, v);
+                break;
+            }
+        }
+    }
+    json_decref(lead);
+    return all;
+}
+
 void srv_api_run(srv *s, srv_slot *sl, srv_job *j)
 {
     run_ctx r = {.s = s, .j = j};
-    k3_chat_sink sink = {.text = on_text, .call = on_call, .ctx = &r};
     k3_chat_stats st, all;
     k3_weights_stats w0, w1;
     k3_diag d;
     k3_err e = K3_OK;
+    lead_ctx lead = {.s = s, .sl = sl, .j = j};
+    /* side by side only where there are other slots, in the API that has n (OpenAI's) */
+    int side = j->n_choices > 1 && s->n_slots > 1 && j->api == &srv_api_openai &&
+               (j->fork = calloc((size_t)j->n_choices, sizeof *j->fork)) != NULL;
     k3w_stats(s->ld.w, &w0);
     memset(&all, 0, sizeof all);
     j->api->begin(&r);
-    for (int i = 0; i < j->n_choices && !e; i++) {
-        char *message = NULL, *text = NULL;
-        size_t text_len = 0;
-        r.index = i;
-        j->n_calls = 0;
-        j->api->start(&r);
-        k3_sampler_opts so = j->so;
-        so.seed += (uint64_t)i;
-        e = k3_chat_set_sampler(sl->chat, &so, &d);
-        if (!e && j->kind == SRV_CHAT)
-            e = k3_chat_turn(sl->chat, j->body, j->body_len, &j->co, &sink, &j->cancel, &message, &st, &d);
-        else if (!e)
-            e = k3_chat_complete(sl->chat, j->ids, j->n_ids, s->eos, &j->co, &sink, &j->cancel, &text, &text_len, &st,
-                                 &d);
-        if (!e) {
-            add_stats(&all, &st, i == 0);
-            if (j->stream) flush_text(&r);
-            j->api->choice(&r, &st, message, text, text_len);
-        }
-        free(message);
-        free(text);
+    j->next_choice = 1;
+    for (int i = 0; i >= 0 && !e; ) {
+        e = run_choice(sl, &r, i, i == 0 && side ? &lead : NULL, &st, &d);
+        if (!e) add_stats(&all, &st, i == 0);
         if (j->cancel) break;                          /* the client left or the server stops */
+        pthread_mutex_lock(&s->mu);
+        i = j->next_choice < j->n_choices ? j->next_choice++ : -1;
+        pthread_mutex_unlock(&s->mu);
+    }
+    if (side) {                                        /* the helpers' choices */
+        pthread_mutex_lock(&s->mu);
+        if (e) j->cancel = 1;                          /* the answer failed: theirs are not needed */
+        while (j->helpers) pthread_cond_wait(&s->cv, &s->mu);
+        pthread_mutex_unlock(&s->mu);
+        for (int i = 0; i < j->n_choices; i++) {
+            srv_fork *f = &j->fork[i];
+            if (!f->acc) continue;
+            if (f->e && !e) {
+                e = f->e;
+                snprintf(d.msg, sizeof d.msg, "%s", f->msg);
+            } else if (!f->e) {
+                add_stats(&all, &f->st, 0);
+            }
+        }
+        if (!e && r.acc && !j->stream) r.acc = merge_choices(j, r.acc);
+        for (int i = 0; i < j->n_choices; i++) json_decref(j->fork[i].acc);
+        free(j->fork);
+        j->fork = NULL;
     }
     k3w_stats(s->ld.w, &w1);
     if (e) {

@@ -73,7 +73,7 @@ typedef struct srv_job {
     char **stops;                  /* [n_stops] owned */
     k3_sampler_opts so;
     int stream, include_usage;
-    int n_choices;                 /* n: choices generated (one after another, from one processed prompt) */
+    int n_choices;                 /* n: choices generated from one processed prompt (side by side in idle slots) */
     char id[48];                   /* "chatcmpl-..." / "cmpl-..." */
     long long created;
     char *model;                   /* the name the response carries */
@@ -88,9 +88,10 @@ typedef struct srv_job {
     double last_wake;              /* when the connection's thread was last woken for new output */
     size_t sent;
     int status;                    /* HTTP status of the body (non-stream) */
-    /* the generation thread's own */
-    srv_utf8 u8[2];                /* reasoning, content */
-    int n_calls;
+    /* n > 1: choices in other slots, forked from the first's processed prompt (serve_api.c) */
+    int next_choice;               /* the next choice not yet taken */
+    int helpers;                   /* slots running a choice of it */
+    struct srv_fork *fork;         /* [n_choices] what each choice run by a helper gave */
 } srv_job;
 
 #define SRV_N_ENDPOINTS 9
@@ -122,6 +123,8 @@ typedef struct srv_slot {
     /* under srv.mu */
     srv_job *job;                  /* running, or NULL */
     int idle;                      /* waiting for a job */
+    int help;                      /* taken to run choice help_choice of job (n > 1), 2: its state is forked */
+    int help_choice;
     uint32_t used;                 /* when it last took a job (srv.uses) */
     uint64_t tokens;               /* completion tokens generated */
     double busy_s;                 /* seconds spent on jobs */
@@ -220,6 +223,8 @@ typedef struct run_ctx {
     srv_job *j;
     int index;                     /* the choice being generated */
     json_t *acc;                   /* the API's own: what the answer gathers (OpenAI: the choices) */
+    srv_utf8 u8[2];                /* the choice's stream: reasoning, content */
+    int n_calls;                   /* the choice's tool calls so far */
 } run_ctx;
 
 /*
@@ -320,8 +325,11 @@ int srv_api_parse(srv *s, srv_kind kind, const char *body, size_t len, srv_job *
 /* The same for a request of another API (api->to_chat turns it into a chat request first). */
 int srv_api_parse_as(srv *s, const srv_api_ops *api, const char *body, size_t len, srv_job **job, char *msg,
                      size_t cap);
-/* Run a job to its end in a slot (the output lands in job->out). */
+/* Run a job to its end in a slot (the output lands in job->out), its choices side by side in idle
+   slots where there are (n > 1). */
 void srv_api_run(srv *s, srv_slot *sl, srv_job *j);
+/* Run choice i of j in slot sl, a helper the job's leader took (n > 1; its result into j->fork[i]). */
+void srv_api_help(srv *s, srv_slot *sl, srv_job *j, int i);
 /* An OpenAI-shaped error body: {"error": {"message", "type", "code"}} (malloc'd). */
 char *srv_api_error_json(int status, const char *msg);
 char *srv_api_models_json(const srv *s);

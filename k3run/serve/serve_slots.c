@@ -140,7 +140,7 @@ static uint32_t common_prefix(const int32_t *a, uint32_t na, const int32_t *b, u
  */
 static int mine(srv *s, srv_slot *sl)
 {
-    if (!s->q_n) return 0;
+    if (!s->q_n || sl->help) return 0;
     if (s->n_slots == 1) return 1;
     const srv_job *j = s->queue[s->q_head];
     const int32_t *p = j->kind == SRV_CHAT ? j->route : j->ids;
@@ -161,15 +161,42 @@ static int mine(srv *s, srv_slot *sl)
     return best == (int)sl->idx;
 }
 
-/* A slot: one job at a time, from the queue, until the shutdown. */
+/* A choice of another slot's job (n > 1), once the leader has forked its state here (mu held). */
+static void help(srv *s, srv_slot *sl)
+{
+    srv_job *j = sl->job;
+    sl->used = ++s->uses;
+    s->running++;
+    pthread_mutex_unlock(&s->mu);
+    double t0 = k3_now();
+    if (s->bat) k3_batcher_attach(s->bat, sl->h);
+    srv_api_help(s, sl, j, sl->help_choice);
+    if (s->bat) k3_batcher_detach(s->bat, sl->h);
+    pthread_mutex_lock(&s->mu);
+    sl->busy_s += k3_now() - t0;
+    s->running--;
+    sl->job = NULL;
+    sl->help = 0;
+    j->helpers--;
+    pthread_cond_broadcast(&s->cv);
+    srv_job_unref(s, j);
+}
+
+/* A slot: one job at a time, from the queue, or a choice of another's, until the shutdown. */
 static void slot_loop(srv_slot *sl)
 {
     srv *s = sl->s;
     pthread_mutex_lock(&s->mu);
     for (;;) {
         sl->idle = 1;
-        while (!s->stopping && !(s->drain && !s->q_n) && !mine(s, sl)) pthread_cond_wait(&s->cv, &s->mu);
+        /* taken as a helper (help 1), it waits for its state whatever else happens */
+        while (sl->help == 1 || (!sl->help && !s->stopping && !(s->drain && !s->q_n) && !mine(s, sl)))
+            pthread_cond_wait(&s->cv, &s->mu);
         sl->idle = 0;
+        if (sl->help) {
+            help(s, sl);
+            continue;
+        }
         if (s->stopping || (s->drain && !s->q_n)) break;
         srv_job *j = s->queue[s->q_head];
         s->q_head = (s->q_head + 1) % s->ring;

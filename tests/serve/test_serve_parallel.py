@@ -174,13 +174,19 @@ class TestParallel(unittest.TestCase):
 
     def test_n_choices(self):
         """n = 3: three choices from one processed prompt, choice i the answer of the same request with
-        seed + i alone; streamed, the chunks carry each choice's index."""
+        seed + i alone; with 2 slots two of them side by side (the second slot forked from the first's
+        processed prompt: it processes nothing), the third after; streamed, the chunks carry each
+        choice's index."""
         srv = Server(self.kjv, ["--parallel", "2", "-t", "2"])
         try:
             for path, base in (("/v1/chat/completions", {"messages": [{"role": "user", "content": "Who was Moses?"}]}),
                                ("/v1/completions", {"prompt": "In the beginning"})):
                 body = dict(base, max_tokens=12, temperature=0.9, seed=40)
+                passes, seqs = metric(srv, "k3_passes_total"), metric(srv, "k3_pass_sequences_total")
                 many = post(srv, path, dict(body, n=3))
+                passes, seqs = metric(srv, "k3_passes_total") - passes, metric(srv, "k3_pass_sequences_total") - seqs
+                self.assertGreater(seqs, passes, "%s: no two choices shared a pass" % path)
+                self.assertEqual(many["usage"]["prompt_tokens_details"]["cached_tokens"], 0, many["usage"])
                 self.assertEqual([c["index"] for c in many["choices"]], [0, 1, 2])
                 alone = [post(srv, path, dict(body, seed=40 + i))["choices"][0] for i in range(3)]
                 for i in range(3):
