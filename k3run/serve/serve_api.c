@@ -747,10 +747,14 @@ void srv_api_run(srv *s, srv_slot *sl, srv_job *j)
         pthread_mutex_unlock(&s->mu);
     }
     if (side) {                                        /* the helpers' choices */
+        /* no pass runs while an attached sequence is not in a model call: the leader steps out of
+           the passes while it waits for the helpers' choices, and back in for its next job */
+        if (s->bat) k3_batcher_detach(s->bat, sl->h);
         pthread_mutex_lock(&s->mu);
         if (e) j->cancel = 1;                          /* the answer failed: theirs are not needed */
         while (j->helpers) pthread_cond_wait(&s->cv, &s->mu);
         pthread_mutex_unlock(&s->mu);
+        if (s->bat) k3_batcher_attach(s->bat, sl->h);
         for (int i = 0; i < j->n_choices; i++) {
             srv_fork *f = &j->fork[i];
             if (!f->acc) continue;

@@ -177,26 +177,35 @@ class TestParallel(unittest.TestCase):
         seed + i alone; with 2 slots two of them side by side (the second slot forked from the first's
         processed prompt: it processes nothing), the third after; streamed, the chunks carry each
         choice's index."""
-        srv = Server(self.kjv, ["--parallel", "2", "-t", "2"])
+        srv = Server(self.kjv, ["--parallel", "3", "-t", "2"])
         try:
-            for path, base in (("/v1/chat/completions", {"messages": [{"role": "user", "content": "Who was Moses?"}]}),
-                               ("/v1/completions", {"prompt": "In the beginning"})):
-                body = dict(base, max_tokens=12, temperature=0.9, seed=40)
+            # n = 3: choice 0 in the first slot, 1 and 2 forked into the others (the first waits for
+            # them with nothing left to run); n = 4: the first also runs choice 3 after its own
+            for path, base, n in (("/v1/chat/completions", {"messages": [{"role": "user", "content": "Who was Moses?"}],
+                                                           "reasoning_effort": "none"}, 3),
+                                  ("/v1/completions", {"prompt": "In the beginning"}, 4)):
+                # a seed whose choice 0 ends before another choice: its slot then waits for the others
+                # (which must go on in passes without it)
+                body = dict(base, max_tokens=24, temperature=0.9, stop=[",", "."])
+                for seed in range(40, 100):
+                    alone = [post(srv, path, dict(body, seed=seed + i)) for i in range(n)]
+                    used = [a["usage"]["completion_tokens"] for a in alone]
+                    if used[0] < max(used[1:]):
+                        break
+                self.assertLess(used[0], max(used[1:]), "no seed in 40..99 ends choice 0 first")
+                body["seed"] = seed
                 passes, seqs = metric(srv, "k3_passes_total"), metric(srv, "k3_pass_sequences_total")
-                many = post(srv, path, dict(body, n=3))
+                many = post(srv, path, dict(body, n=n), timeout=120)
                 passes, seqs = metric(srv, "k3_passes_total") - passes, metric(srv, "k3_pass_sequences_total") - seqs
                 self.assertGreater(seqs, passes, "%s: no two choices shared a pass" % path)
-                self.assertEqual(many["usage"]["prompt_tokens_details"]["cached_tokens"], 0, many["usage"])
-                self.assertEqual([c["index"] for c in many["choices"]], [0, 1, 2])
-                alone = [post(srv, path, dict(body, seed=40 + i))["choices"][0] for i in range(3)]
-                for i in range(3):
+                self.assertEqual([c["index"] for c in many["choices"]], list(range(n)))
+                self.assertEqual(many["usage"]["completion_tokens"], sum(used))
+                alone = [a["choices"][0] for a in alone]
+                for i in range(n):
                     self.assertEqual(dict(many["choices"][i], index=0), alone[i], "%s choice %d" % (path, i))
-                self.assertEqual(many["usage"]["completion_tokens"],
-                                 sum(post(srv, path, dict(body, seed=40 + i))["usage"]["completion_tokens"]
-                                     for i in range(3)))
                 # streamed: each choice's text reassembled from the chunks of its index
                 c = http.client.HTTPConnection(srv.host, srv.port, timeout=120)
-                c.request("POST", path, json.dumps(dict(body, n=3, stream=True)), {"Content-Type": "application/json"})
+                c.request("POST", path, json.dumps(dict(body, n=n, stream=True)), {"Content-Type": "application/json"})
                 texts = {}
                 for line in c.getresponse().read().decode().splitlines():
                     if line.startswith("data: {"):
@@ -205,7 +214,7 @@ class TestParallel(unittest.TestCase):
                             piece = x.get("text") if "text" in x else (x.get("delta") or {}).get("content")
                             texts[x["index"]] = texts.get(x["index"], "") + (piece or "")
                 c.close()
-                for i in range(3):
+                for i in range(n):
                     want = alone[i].get("text") if "text" in alone[i] else alone[i]["message"]["content"]
                     self.assertEqual(texts[i], want, "%s streamed choice %d" % (path, i))
         finally:
