@@ -1,0 +1,88 @@
+#!/usr/bin/python3
+"""The demo model, copying first (issue 34; docs/MODEL-CARD.md "Tool use"): an experiment, not yet
+the shipped recipe.
+
+    train_copy_first.py DATA WORK        (DATA from kjv_data.py --chats 4000 --tool-chats 2000)
+
+Phase A: copy_probe.py's --widen curriculum from random initialisation (strings of 8 written 3
+times in windows of 128, the alphabet doubled each time the repeats are 1.5 nats below first
+copies) until all tokens are copied; phase B: the tool recipe's windows (3 x 1024, conversations
+whole) beside 8 copy windows of 128, cosine 3e-3 -> 3e-4 over $PB steps (default 330: the
+session's 25 minutes; the 2-hour budget allows about 1,400), fake MXFP4 in the last fifth. The
+shipped model's tokenizer. Saves WORK/state.pt every 20 steps (a rerun resumes); EXPORT=1 writes
+WORK/out from the saved state and stops; at the end WORK/out is the checkpoint."""
+import os, sys, time, math
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+import numpy as np, torch, torch.nn.functional as F
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"))
+import export, k3torch, train, kimi_tokenizer as kt
+HERE = os.path.dirname(os.path.abspath(__file__))
+DATA, WORK = sys.argv[1], sys.argv[2]
+PB = int(os.environ.get("PB", 330))
+SHIPPED = os.path.join(HERE, "..", "models", "k3-kjv")
+torch.set_num_threads(2); torch.manual_seed(1)
+tok = kt.Tokenizer.from_dir(SHIPPED)
+m = k3torch.Model({"text_config": export.text_config(tok.n_ranks)})
+opt = torch.optim.AdamW([{"params": [p for n, p in m.named_parameters() if p.dim() >= 2], "weight_decay": 0.1},
+                         {"params": [p for n, p in m.named_parameters() if p.dim() < 2], "weight_decay": 0.0}],
+                        lr=3e-3, betas=(0.9, 0.95))
+ALPHA = np.random.default_rng(3).permutation(np.arange(256, 3840))
+st = {"step": 0, "k": 256, "avg": 0.0, "b0": None}
+sp = WORK + "/state.pt"
+os.makedirs(WORK, exist_ok=True)
+if os.path.exists(sp):
+    z = torch.load(sp); m.load_state_dict(z["model"]); opt.load_state_dict(z["opt"]); st = z["st"]
+    print("resumed", st, flush=True)
+if os.environ.get("EXPORT"):
+    m.fake_mxfp4(False); print(export.export(m, SHIPPED, WORK + "/out")); sys.exit(0)
+docs, n_ch = train.documents(DATA, tok, WORK + "/docs.npz")
+real = train.Batches(docs, n_ch, 1, 3, 1024, "whole")
+def copies(step, n, k):
+    rng = np.random.default_rng([5, step])
+    ids = np.zeros((n, 129), np.int64); first = np.zeros((n, 129), bool)
+    for b in range(n):
+        row, fm = [], []
+        while len(row) < 129:
+            s = list(ALPHA[rng.integers(0, k, 8)]); row += s * 3; fm += [True] * 8 + [False] * 16
+        ids[b], first[b] = row[:129], fm[:129]
+    return torch.from_numpy(ids), torch.from_numpy(first)[:, 1:]
+t0 = time.time()
+while True:
+    step = st["step"] + 1
+    A = st["b0"] is None
+    if not A and step - st["b0"] > PB: break
+    sy, first = copies(step, 16 if A else 8, st["k"])
+    if A:
+        lr = 3e-3 * min(1.0, step / 20)
+    else:
+        p = (step - st["b0"]) / PB
+        lr = 3e-4 + 2.7e-3 * 0.5 * (1 + math.cos(math.pi * p))
+        m.fake_mxfp4(p > 0.8)
+    for g in opt.param_groups: g["lr"] = lr
+    ls = F.cross_entropy(m(sy[:, :-1]).reshape(-1, 4096), sy[:, 1:].reshape(-1), reduction="none").view(sy.shape[0], 128)
+    if A:
+        lreal = torch.zeros(()); loss = ls.mean()
+    else:
+        rw = real.get(step - st["b0"] - 1)
+        lreal = F.cross_entropy(m(rw[:, :-1]).reshape(-1, 4096), rw[:, 1:].reshape(-1))
+        loss = (ls.sum() + lreal * rw[:, 1:].numel()) / (ls.numel() + rw[:, 1:].numel())
+    opt.zero_grad(set_to_none=True); loss.backward()
+    torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0); opt.step(); m.update_routing_bias(1e-3)
+    lf, lr_ = ls[first].mean().item(), ls[~first].mean().item()
+    st["avg"] = 0.8 * st["avg"] + 0.2 * (lf - lr_)
+    st["step"] = step
+    if step % 10 == 0 or step == 1:
+        print("step %d %s alphabet %d first %.3f repeat %.3f real %.3f (%.0f s)" % (step, "A" if A else "B", st["k"], lf, lr_, lreal.item(), time.time() - t0), flush=True)
+    if A and st["avg"] > 1.5:
+        if st["k"] < len(ALPHA):
+            st["k"] = min(len(ALPHA), 2 * st["k"]); st["avg"] = 0.0
+            print("step %d: copying holds; alphabet -> %d" % (step, st["k"]), flush=True)
+        else:
+            st["b0"] = step
+            print("step %d: copying holds on all tokens; phase B" % step, flush=True)
+    if step % 20 == 0:
+        torch.save({"model": m.state_dict(), "opt": opt.state_dict(), "st": st}, sp + ".tmp"); os.replace(sp + ".tmp", sp)
+torch.save({"model": m.state_dict(), "opt": opt.state_dict(), "st": st}, sp)
+m.fake_mxfp4(False)
+print("exported", export.export(m, SHIPPED, WORK + "/out"), flush=True)
