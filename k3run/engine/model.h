@@ -126,7 +126,7 @@ uint32_t k3_model_seq_index(const k3_model *m);        /* a handle's s */
 /* A fork: dst's sequence becomes src's (position, KDA states, MLA cache rows, last logits), so
    what follows on either is what would follow on src. Handles of one model; neither in a pass,
    src with no verify pass open. */
-k3_err k3_model_seq_copy(k3_model *dst, const k3_model *src, k3_diag *d);
+k3_err k3_model_seq_copy(k3_model *dst, k3_model *src, k3_diag *d);
 
 typedef struct k3_model_rows {
     k3_model *seq;           /* the sequence's handle (of this model) */

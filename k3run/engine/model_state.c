@@ -105,33 +105,19 @@ k3_err k3_model_snap_restore(k3_model *h, const k3_model_snap *s, k3_diag *d)
 /* ------------------------------------------------------------------------ */
 /* a fork: one sequence's state into another                                 */
 
-k3_err k3_model_seq_copy(k3_model *dst, const k3_model *src, k3_diag *d)
+k3_err k3_model_seq_copy(k3_model *dst, k3_model *src, k3_diag *d)
 {
-    k3_model *m = k3_owner(dst);
-    const k3_dims *z = &m->d;
-    const k3_seq *from = src->sq;
-    k3_seq *to = dst->sq;
-    if (k3_cowner(src) != m) return k3_fail(d, K3_ERR_INTERNAL, "a sequence copied between two models");
-    if (from == to) return K3_OK;
-    if (from->open) return k3_fail(d, K3_ERR_INTERNAL, "a sequence copied with a verify pass open");
-    uint32_t pos = from->pos;
-    for (uint32_t i = 0; i < z->L; i++) {
-        if (from->kda[i].S) {
-            memcpy(to->kda[i].win, from->kda[i].win, win_floats(z) * sizeof(float));
-            memcpy(to->kda[i].S, from->kda[i].S, s_floats(z) * sizeof(float));
-        } else {                                  /* the cache rows [0, pos) of the layer's slot */
-            size_t slot = (size_t)m->mla_slot[i];
-            memcpy(to->mla_c + slot * m->o.context * z->R, from->mla_c + slot * m->o.context * z->R,
-                   (size_t)pos * z->R * sizeof(float));
-            memcpy(to->mla_kr + slot * m->o.context * z->dr, from->mla_kr + slot * m->o.context * z->dr,
-                   (size_t)pos * z->dr * sizeof(float));
-        }
+    if (k3_owner(src) != k3_owner(dst)) return k3_fail(d, K3_ERR_INTERNAL, "a sequence copied between two models");
+    if (src->sq == dst->sq) return K3_OK;
+    if (src->sq->open) return k3_fail(d, K3_ERR_INTERNAL, "a sequence copied with a verify pass open");
+    uint32_t pos = src->sq->pos;
+    k3_err e = k3_model_state_set_pos(dst, pos, d);
+    for (uint32_t i = 0; !e && i < k3_model_state_nparts(src); i++) {   /* the session file's parts */
+        k3_state_part from, to;
+        if (!(e = k3_model_state_part(src, i, pos, &from, d)) && !(e = k3_model_state_part(dst, i, pos, &to, d)))
+            memcpy(to.data, from.data, (size_t)from.bytes);
     }
-    memcpy(to->last, from->last, (size_t)z->V * sizeof(float));
-    to->pos = pos;
-    to->open = 0;
-    to->n_logits = 0;
-    return K3_OK;
+    return e;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -116,16 +116,11 @@ static void take_snapshot(k3_chat *c);
 
 k3_err k3_chat_fork(k3_chat *dst, const k3_chat *src, k3_diag *d)
 {
-    uint32_t pos = k3_model_pos(src->m);
-    if (dst->cap < pos) return k3_fail(d, K3_ERR_INTERNAL, "fork: %u ids into a chat of %u", pos, dst->cap);
     k3_err e = k3_model_seq_copy(dst->m, src->m, d);
-    if (e) return e;
-    memcpy(dst->held, src->held, (size_t)pos * sizeof *dst->held);
-    k3_sampler_forget(&dst->s);                       /* the sampler's history is the held ids */
-    for (uint32_t i = 0; i < pos; i++) k3_sampler_accept(&dst->s, dst->held[i]);
-    dst->n_snaps = 0;                                 /* its own history is gone */
-    take_snapshot(dst);
-    return K3_OK;
+    if (!e) e = k3_chat_adopt(dst, src->held, k3_model_pos(src->m), d);  /* the ids, the sampler's history */
+    if (!e) take_snapshot(dst);
+    else k3_chat_reset(dst);                        /* a fork that failed leaves it empty, never half made */
+    return e;
 }
 
 /* Process ids[0 .. n) (a prompt's rest, a generated or forced id): hold them, move the model past them. */

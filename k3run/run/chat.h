@@ -97,7 +97,8 @@ const int32_t *k3_chat_held(const k3_chat *c, uint32_t *n);
 k3_sampler *k3_chat_sampler(k3_chat *c);
 /* A fork: dst (a chat over another sequence of the same model) holds what src holds, state and
    ids, with a snapshot there, so a turn of dst on src's last prompt processes nothing and answers
-   what src would. Neither may be in a model call (src's on_prompt is such a moment). */
+   what src would; on failure dst holds nothing. Neither may be in a model call (src's on_prompt is
+   such a moment). */
 k3_err k3_chat_fork(k3_chat *dst, const k3_chat *src, k3_diag *d);
 /* After a session was loaded into the model: hold these ids (the first k3_model_pos of them). */
 k3_err k3_chat_adopt(k3_chat *c, const int32_t *ids, uint32_t n, k3_diag *d);

@@ -649,7 +649,7 @@ static void fork_helpers(void *ctx, k3_chat *c)
         got[n++] = o;
     }
     pthread_mutex_unlock(&s->mu);
-    for (int k = 0; k < n; k++) {                  /* a fork refused leaves it as it was: it processes the prompt */
+    for (int k = 0; k < n; k++) {                  /* a fork refused leaves it empty: it processes the prompt */
         k3_diag d;
         if (k3_chat_fork(got[k]->chat, c, &d)) k3_warn("slot %u: %s", got[k]->idx, d.msg);
     }

@@ -161,25 +161,24 @@ static int mine(srv *s, srv_slot *sl)
     return best == (int)sl->idx;
 }
 
-/* A choice of another slot's job (n > 1), once the leader has forked its state here (mu held). */
-static void help(srv *s, srv_slot *sl)
+/* Slot sl works on j (mu held, and held again on return): the whole job (choice < 0), or one
+   choice of another slot's job (n > 1) once that slot has forked its state here. */
+static void work(srv *s, srv_slot *sl, srv_job *j, int choice)
 {
-    srv_job *j = sl->job;
+    sl->job = j;
     sl->used = ++s->uses;
     s->running++;
     pthread_mutex_unlock(&s->mu);
     double t0 = k3_now();
     if (s->bat) k3_batcher_attach(s->bat, sl->h);
-    srv_api_help(s, sl, j, sl->help_choice);
+    if (choice < 0) srv_api_run(s, sl, j);
+    else srv_api_help(s, sl, j, choice);
     if (s->bat) k3_batcher_detach(s->bat, sl->h);
+    if (choice < 0 && s->on_done) s->on_done(s, j);
     pthread_mutex_lock(&s->mu);
     sl->busy_s += k3_now() - t0;
     s->running--;
     sl->job = NULL;
-    sl->help = 0;
-    j->helpers--;
-    pthread_cond_broadcast(&s->cv);
-    srv_job_unref(s, j);
 }
 
 /* A slot: one job at a time, from the queue, or a choice of another's, until the shutdown. */
@@ -194,7 +193,12 @@ static void slot_loop(srv_slot *sl)
             pthread_cond_wait(&s->cv, &s->mu);
         sl->idle = 0;
         if (sl->help) {
-            help(s, sl);
+            srv_job *j = sl->job;
+            work(s, sl, j, sl->help_choice);
+            sl->help = 0;
+            j->helpers--;
+            pthread_cond_broadcast(&s->cv);
+            srv_job_unref(s, j);
             continue;
         }
         if (s->stopping || (s->drain && !s->q_n)) break;
@@ -207,19 +211,7 @@ static void slot_loop(srv_slot *sl)
             j->state = SRV_DONE;
         } else {
             j->state = SRV_RUNNING;
-            sl->job = j;
-            sl->used = ++s->uses;
-            s->running++;
-            pthread_mutex_unlock(&s->mu);
-            double t0 = k3_now();
-            if (s->bat) k3_batcher_attach(s->bat, sl->h);
-            srv_api_run(s, sl, j);
-            if (s->bat) k3_batcher_detach(s->bat, sl->h);
-            if (s->on_done) s->on_done(s, j);
-            pthread_mutex_lock(&s->mu);
-            sl->busy_s += k3_now() - t0;
-            s->running--;
-            sl->job = NULL;
+            work(s, sl, j, -1);
             j->state = SRV_DONE;
         }
         pthread_cond_broadcast(&s->cv);
