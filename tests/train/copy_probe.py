@@ -58,6 +58,28 @@ def load_checkpoint(model, ckpt):
     model.load_state_dict(new)
 
 
+def alphabet():
+    """The ordinary ranks in a fixed random order: an alphabet of k tokens is its first k."""
+    return np.random.default_rng(3).permutation(np.arange(256, N_RANKS))
+
+
+def copy_windows(step, n, ctx, length, repeat, alpha):
+    """n windows of ctx + 1 ids (batch `step`'s: a function of the step alone) of random strings of
+    `length` tokens of alpha, each written `repeat` times; and [n, ctx] true where the target is
+    in a first copy."""
+    rng = np.random.default_rng([5, step])
+    ids = np.zeros((n, ctx + 1), np.int64)
+    first = np.zeros((n, ctx + 1), bool)
+    for b in range(n):
+        row, fm = [], []
+        while len(row) < ctx + 1:
+            s = list(alpha[rng.integers(0, len(alpha), length)])
+            row += s * repeat
+            fm += [True] * length + [False] * length * (repeat - 1)
+        ids[b], first[b] = row[:ctx + 1], fm[:ctx + 1]
+    return torch.from_numpy(ids), torch.from_numpy(first)[:, 1:]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=300)
@@ -78,20 +100,10 @@ def main():
         load_checkpoint(model, a.ckpt)
         model.fake_mxfp4(True)
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.95), weight_decay=0.1)
-    alphabet = np.random.default_rng(3).permutation(np.arange(256, N_RANKS))
-    k, avg, t0 = min(a.alphabet, len(alphabet)), 0.0, time.time()
+    alpha = alphabet()
+    k, avg, t0 = min(a.alphabet, len(alpha)), 0.0, time.time()
     for step in range(1, a.steps + 1):
-        rng = np.random.default_rng([5, step])
-        ids = np.zeros((a.batch, a.ctx + 1), np.int64)
-        first = np.zeros((a.batch, a.ctx + 1), bool)
-        for b in range(a.batch):
-            row, fm = [], []
-            while len(row) < a.ctx + 1:
-                s = list(alphabet[rng.integers(0, k, a.len)])
-                row += s * a.repeat
-                fm += [True] * a.len + [False] * a.len * (a.repeat - 1)
-            ids[b], first[b] = row[:a.ctx + 1], fm[:a.ctx + 1]
-        ids, first = torch.from_numpy(ids), torch.from_numpy(first)[:, 1:]
+        ids, first = copy_windows(step, a.batch, a.ctx, a.len, a.repeat, alpha[:k])
         for g in opt.param_groups:
             g["lr"] = a.lr * min(1.0, step / 20)
         lg = model(ids[:, :-1])
@@ -105,8 +117,8 @@ def main():
         avg = 0.8 * avg + 0.2 * (lf - lr_)
         if step % 10 == 0 or step == 1:
             print("step %d alphabet %d first %.3f repeat %.3f (%.0f s)" % (step, k, lf, lr_, time.time() - t0), flush=True)
-        if a.widen and avg > 1.5 and k < len(alphabet):
-            k, avg = min(len(alphabet), 2 * k), 0.0
+        if a.widen and avg > 1.5 and k < len(alpha):
+            k, avg = min(len(alpha), 2 * k), 0.0
             print("step %d: copying holds; the alphabet doubles to %d" % (step, k), flush=True)
     return 0
 

@@ -13,10 +13,10 @@ shipped model's tokenizer. Saves WORK/state.pt every 20 steps (a rerun resumes);
 WORK/out from the saved state and stops; at the end WORK/out is the checkpoint."""
 import os, sys, time, math
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-import numpy as np, torch, torch.nn.functional as F
+import torch, torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"))
-import export, k3torch, train, kimi_tokenizer as kt
+import copy_probe, export, k3torch, train, kimi_tokenizer as kt
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA, WORK = sys.argv[1], sys.argv[2]
 PB = int(os.environ.get("PB", 330))
@@ -24,10 +24,8 @@ SHIPPED = os.path.join(HERE, "..", "models", "k3-kjv")
 torch.set_num_threads(2); torch.manual_seed(1)
 tok = kt.Tokenizer.from_dir(SHIPPED)
 m = k3torch.Model({"text_config": export.text_config(tok.n_ranks)})
-opt = torch.optim.AdamW([{"params": [p for n, p in m.named_parameters() if p.dim() >= 2], "weight_decay": 0.1},
-                         {"params": [p for n, p in m.named_parameters() if p.dim() < 2], "weight_decay": 0.0}],
-                        lr=3e-3, betas=(0.9, 0.95))
-ALPHA = np.random.default_rng(3).permutation(np.arange(256, 3840))
+opt = train.make_optimizer(m, type("recipe", (), {"lr": 3e-3, "wd": 0.1}))
+ALPHA = copy_probe.alphabet()
 st = {"step": 0, "k": 256, "avg": 0.0, "b0": None}
 sp = WORK + "/state.pt"
 os.makedirs(WORK, exist_ok=True)
@@ -38,21 +36,12 @@ if os.environ.get("EXPORT"):
     m.fake_mxfp4(False); print(export.export(m, SHIPPED, WORK + "/out")); sys.exit(0)
 docs, n_ch = train.documents(DATA, tok, WORK + "/docs.npz")
 real = train.Batches(docs, n_ch, 1, 3, 1024, "whole")
-def copies(step, n, k):
-    rng = np.random.default_rng([5, step])
-    ids = np.zeros((n, 129), np.int64); first = np.zeros((n, 129), bool)
-    for b in range(n):
-        row, fm = [], []
-        while len(row) < 129:
-            s = list(ALPHA[rng.integers(0, k, 8)]); row += s * 3; fm += [True] * 8 + [False] * 16
-        ids[b], first[b] = row[:129], fm[:129]
-    return torch.from_numpy(ids), torch.from_numpy(first)[:, 1:]
 t0 = time.time()
 while True:
     step = st["step"] + 1
     A = st["b0"] is None
     if not A and step - st["b0"] > PB: break
-    sy, first = copies(step, 16 if A else 8, st["k"])
+    sy, first = copy_probe.copy_windows(step, 16 if A else 8, 128, 8, 3, ALPHA[:st["k"]])
     if A:
         lr = 3e-3 * min(1.0, step / 20)
     else:
