@@ -22,7 +22,7 @@
 enum {
     OPT_SUMMARY = K3_OPT_USER, OPT_JSON, OPT_FILTER, OPT_CONFIG, OPT_NO_CONFIG, OPT_SHARDS, OPT_PLAN, OPT_BUDGET,
     OPT_PRESET, OPT_CONTEXT, OPT_BATCH, OPT_DRAFT, OPT_RANKS, OPT_RANK0_EXPERTS,
-    OPT_TRUNK, OPT_SPLIT_MIN, OPT_FMA_PEAK, OPT_N, OPT_PARALLEL, OPT_MEM_BW
+    OPT_TRUNK, OPT_SPLIT_MIN, OPT_FMA_PEAK, OPT_N, OPT_PARALLEL, OPT_MEM_BW, OPT_SNAPSHOTS
 };
 
 static const k3_opt opts[] = {
@@ -52,6 +52,8 @@ static const k3_opt opts[] = {
     {OPT_PARALLEL, 0, "parallel", "S", NULL, NULL,
      "--plan: the plan for S conversations sharing each pass (as k3run serve --parallel S; refused where it does "
      "not fit), and tokens/s per conversation and in all for 1 to 32 of them"},
+    {OPT_SNAPSHOTS, 0, "snapshots", "N", "2", NULL,
+     "--plan --parallel: state snapshots each conversation keeps (as k3run serve --snapshots), counted for each"},
     {OPT_MEM_BW, 0, "mem-bw", "GB/S", "40", NULL,
      "--plan --parallel: the memory bandwidth a pass's resident weights and states are read at "
      "(tests/bench/bench_membw measures yours)"},
@@ -153,6 +155,10 @@ static int plan_cmd(const k3_args *a, const char *src)
     if (k3_opt_u64(a, OPT_PARALLEL, 0, 0, &par, &d)) return k3_usage_error("%s", d.msg);
     if (k3_opt_count(a, OPT_PARALLEL) && (par < 1 || par > 64)) return k3_usage_error("--parallel must be in 1..64");
     if (par && ranks > 1) return k3_usage_error("--parallel is planned for one process (not with --ranks)");
+    uint64_t snaps = 2;                              /* k3run serve's default, for each slot */
+    if (k3_opt_u64(a, OPT_SNAPSHOTS, 2, 0, &snaps, &d)) return k3_usage_error("%s", d.msg);
+    if (snaps > 64) return k3_usage_error("--snapshots must be in 0..64");
+    if (k3_opt_count(a, OPT_SNAPSHOTS) && !par) return k3_usage_error("--snapshots is planned with --parallel");
     if (mbs) {
         char *end;
         mem_bw = strtod(mbs, &end);
@@ -213,8 +219,8 @@ static int plan_cmd(const k3_args *a, const char *src)
     int n_prow = 0;
     if (par) {
         k3_diag pd;
-        e = k3_plan_choose_seq(&cfg, &geo, budget, (uint32_t)context, batch, 0, (uint32_t)gen, 0, 0, verify,
-                               (uint32_t)par, &rplan[0], &pd);
+        e = k3_plan_choose_seq(&cfg, &geo, budget, (uint32_t)context, batch, 0, (uint32_t)gen, 0, (uint32_t)snaps,
+                               verify, (uint32_t)par, &rplan[0], &pd);
         if (e == K3_ERR_USAGE)
             return k3_usage_error("--parallel %llu: %s", (unsigned long long)par, pd.msg);
         if (e) return fail(e, &pd);
@@ -226,8 +232,8 @@ static int plan_cmd(const k3_args *a, const char *src)
             k3_par_row *w = &prow[n_prow++];
             w->slots = S;
             k3_diag td;
-            e = k3_plan_choose_seq(&cfg, &geo, budget, (uint32_t)context, batch, 0, (uint32_t)gen, 0, 0, verify, S,
-                                   &w->plan, &td);
+            e = k3_plan_choose_seq(&cfg, &geo, budget, (uint32_t)context, batch, 0, (uint32_t)gen, 0,
+                                   (uint32_t)snaps, verify, S, &w->plan, &td);
             if (e && e != K3_ERR_USAGE) return fail(e, &td);
             w->fits = !e;
             if (!e) k3_decode_cost_of(&cfg, &geo, &w->plan, S, (uint32_t)context / 2, &w->cost);
@@ -356,12 +362,12 @@ int main(int argc, char **argv)
     if (k3_opt_count(&a, OPT_PLAN)) return plan_cmd(&a, a.pos[0]);
     {
         static const int need_plan[] = {OPT_BUDGET, OPT_PRESET, OPT_CONTEXT, OPT_BATCH, OPT_DRAFT, OPT_RANKS,
-                                        OPT_FMA_PEAK, OPT_N, OPT_PARALLEL, OPT_MEM_BW};
+                                        OPT_FMA_PEAK, OPT_N, OPT_PARALLEL, OPT_MEM_BW, OPT_SNAPSHOTS};
         /* --rank0-experts may come from K3_RANK0_EXPERTS, which k3run reads too: not refused alone */
         static const char *const need_plan_name[] = {"--budget", "--preset", "--context", "--batch", "--draft",
                                                      "--ranks", "--fma-peak", "--n-predict", "--parallel",
-                                                     "--mem-bw"};
-        for (int i = 0; i < 10; i++)
+                                                     "--mem-bw", "--snapshots"};
+        for (int i = 0; i < 11; i++)
             if (k3_opt_count(&a, need_plan[i])) return k3_usage_error("%s is for --plan", need_plan_name[i]);
     }
     if (k3_opt_count(&a, OPT_CONFIG) && k3_opt_count(&a, OPT_NO_CONFIG)) {

@@ -504,9 +504,10 @@ k3_err k3_plan_seq(const k3_config *c, const k3_geometry *g, uint64_t budget, ui
     k3_err e = k3_model_shape_from_config(c, batch, context, all_logits, verify, n_seq, &s, d);
     if (e) return e;
     uint64_t one = s.kda_bytes + (uint64_t)s.d.V * sizeof(float);   /* = k3_model_snap_bytes */
-    e = k3_plan_make(c, g, budget, context, batch, s.total + snapshots * one, s.kda_bytes * n_seq,
-                     s.mla_bytes * n_seq, p, d);
-    p->n_snapshots = snapshots;
+    /* each sequence's chat keeps its own snapshots (k3run serve: one chat per slot) */
+    e = k3_plan_make(c, g, budget, context, batch, s.total + (uint64_t)snapshots * n_seq * one,
+                     s.kda_bytes * n_seq, s.mla_bytes * n_seq, p, d);
+    p->n_snapshots = snapshots * n_seq;
     p->snapshot_bytes = one;
     p->verify_tokens = verify;
     p->verify_bytes = s.verify_bytes;

@@ -165,7 +165,8 @@ typedef struct k3_plan {
     uint64_t buffers;            /* the model's buffers (k3_model_shape_from_config) */
     uint64_t kda_state, mla_cache;   /* parts of buffers, for the report */
     uint64_t margin;
-    uint32_t n_snapshots;        /* state snapshots kept (chat's prompt cache), counted in buffers */
+    uint32_t n_snapshots;        /* state snapshots kept (chat's prompt cache) by all sequences together,
+                                    counted in buffers */
     uint64_t snapshot_bytes;     /* one of them: the KDA state and a logits row (k3_model_snap_bytes) */
     uint32_t verify_tokens;      /* tokens of a speculative verify pass (1 + drafted), 0: no speculation */
     uint64_t verify_bytes;       /* what its buffers add, counted in buffers (model_shape.h) */
@@ -232,7 +233,8 @@ k3_err k3_plan_with_snapshots(const k3_config *c, const k3_geometry *g, uint64_t
                               uint32_t batch, int all_logits, uint32_t snapshots, uint32_t verify, k3_plan *p,
                               k3_diag *d);
 
-/* The same for a model holding n_seq sequences (model.h "Sequences"): each one's state counted. */
+/* The same for a model holding n_seq sequences (model.h "Sequences"): each one's state counted, and
+   `snapshots` for each of them (each slot's chat keeps its own). */
 k3_err k3_plan_seq(const k3_config *c, const k3_geometry *g, uint64_t budget, uint32_t context, uint32_t batch,
                    int all_logits, uint32_t snapshots, uint32_t verify, uint32_t n_seq, k3_plan *p, k3_diag *d);
 

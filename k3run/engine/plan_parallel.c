@@ -50,12 +50,19 @@ double k3_decode_seconds(const k3_decode_cost *dc, double disk_gbs, double fma_g
     return t > mem ? t : mem;
 }
 
+/* The conversations' states and their snapshots (serve: --snapshots for each slot). */
+static uint64_t states_bytes(const k3_plan *p)
+{
+    return (uint64_t)p->n_seq * p->seq_bytes + (uint64_t)p->n_snapshots * p->snapshot_bytes;
+}
+
 void k3_par_print(FILE *f, const k3_par_row *rows, int n, double fma_gflops, double mem_gbs)
 {
     char a[24], b[24], c[24];
     fprintf(f, "Conversations sharing each pass (--parallel S; a decode pass carries a token of each, at half the "
             "context;\nexpected reads under uniform routing; the pass takes the largest of its reads at the disk's "
-            "bandwidth,\nits compute at an FMA peak of %g GFLOP/s and its memory traffic at %g GB/s)\n",
+            "bandwidth,\nits compute at an FMA peak of %g GFLOP/s and its memory traffic at %g GB/s; states: each "
+            "conversation's\nKDA state and MLA cache, and its state snapshots)\n",
             fma_gflops, mem_gbs);
     fprintf(f, "  %4s %10s %10s %10s %10s %11s %11s %11s %11s\n", "S", "states", "experts", "read/pass", "compute",
             "tok/s 2GB/s", "tok/s 7GB/s", "each 2GB/s", "each 7GB/s");
@@ -69,7 +76,7 @@ void k3_par_print(FILE *f, const k3_par_row *rows, int n, double fma_gflops, dou
         double t2 = k3_decode_seconds(&w->cost, k3_ttft_bandwidths_gbs[0], fma_gflops, mem_gbs);
         double t7 = k3_decode_seconds(&w->cost, k3_ttft_bandwidths_gbs[1], fma_gflops, mem_gbs);
         fprintf(f, "  %4u %10s %10s %10s %9.2fs %11.2f %11.2f %11.3f %11.3f\n", w->slots,
-                k3_plan_human((uint64_t)w->plan.n_seq * w->plan.seq_bytes, a), k3_plan_human(w->plan.expert_cache, b),
+                k3_plan_human(states_bytes(&w->plan), a), k3_plan_human(w->plan.expert_cache, b),
                 k3_plan_human((uint64_t)llround(w->cost.read_bytes), c), w->cost.flops / (fma_gflops * 1e9),
                 w->slots / t2, w->slots / t7, 1 / t2, 1 / t7);
     }
@@ -85,7 +92,8 @@ json_t *k3_par_json(const k3_par_row *rows, int n, double fma_gflops, double mem
         json_object_set_new(o, "slots", json_integer(w->slots));
         json_object_set_new(o, "fits", json_boolean(w->fits));
         if (w->fits) {
-            json_object_set_new(o, "states_bytes", json_integer((json_int_t)((uint64_t)w->plan.n_seq * w->plan.seq_bytes)));
+            json_object_set_new(o, "states_bytes", json_integer((json_int_t)states_bytes(&w->plan)));
+            json_object_set_new(o, "snapshots", json_integer(w->plan.n_snapshots));
             json_object_set_new(o, "expert_cache_bytes", json_integer((json_int_t)w->plan.expert_cache));
             json_object_set_new(o, "expert_slots", json_integer((json_int_t)w->plan.expert_slots));
             json_object_set_new(o, "experts_all_resident", json_boolean(w->plan.experts_all_resident));

@@ -636,6 +636,14 @@ static void test_sequences(void)
     CHECK_EQ_U64(p4.batch, 4);
     CHECK_EQ_U64(p4.n_seq, 4);
     CHECK(p4.buffers >= p1.buffers + 3 * p1.seq_bytes);
+    /* snapshots are each sequence's (k3run serve: a chat per slot keeps --snapshots of its own): 2 for
+       each of 4 sequences are 8 snapshots in the buffers (before: 2 counted for all four) */
+    k3_plan s0, s2;
+    REQUIRE(k3_plan_seq(&c, &geo, 16ull << 30, 4096, 4, 0, 0, 0, 4, &s0, &d) == K3_OK);
+    REQUIRE(k3_plan_seq(&c, &geo, 16ull << 30, 4096, 4, 0, 2, 0, 4, &s2, &d) == K3_OK);
+    CHECK_EQ_U64(s2.n_snapshots, 8);
+    CHECK_EQ_U64(s2.buffers - s0.buffers, 8 * s2.snapshot_bytes);
+    CHECK_EQ_U64(s2.snapshot_bytes, one.kda_bytes + 163840ull * 4);
     /* a decode pass of S tokens: the streamed trunk once, S embedding rows, experts the S x k picks use */
     k3_decode_cost a, b;
     k3_decode_cost_of(&c, &geo, &p4, 1, 2048, &a);
