@@ -1,6 +1,7 @@
 #!/bin/sh
 # A fuzzing campaign (on demand; CI only replays the corpora):
-#   scripts/fuzz.sh [SECONDS [TARGET...]]     (SECONDS per target, 60 by default)
+#   scripts/fuzz.sh [SECONDS [TARGET...]]     (SECONDS per target, 60 by default; 0: no
+#                                              fuzzing, each corpus replayed once for its coverage)
 # Builds the libFuzzer targets with clang, ASan and UBSan in build-fuzz/
 # (K3_FUZZ_BUILD overrides), then runs each target (all of tests/fuzz/fuzz_*.c by
 # default) for SECONDS, one at a time, at nice 10, starting from its corpus
@@ -8,15 +9,16 @@
 # into the committed corpus. Every finding (crash-*, leak-*, timeout-*, oom-*) is
 # copied into tests/fuzz/corpus/<name>/ as regress_<kind>_<hash>, so the replay
 # tests (ctest -L fuzz) fail until it is fixed; rename it to say what it is.
-# Prints one line per target: executions, corpus units, findings. Exit 1 if any.
+# Prints one line per target: executions, corpus units, libFuzzer's coverage at the end (cov: the
+# code edges reached, ft: its features), findings. Exit 1 if any.
 set -eu
 cd "$(dirname "$0")/.."
 secs=${1:-60}
 [ $# -gt 0 ] && shift
 case $secs in ''|*[!0-9]*) echo "usage: scripts/fuzz.sh [SECONDS [TARGET...]]" >&2; exit 2;; esac
 
-# clang, the libFuzzer runtime and clang's OpenMP: optional or absent in scripts/setup.sh (CI builds
-# with gcc), needed here
+# clang, the libFuzzer runtime and clang's OpenMP (the runtime is optional in scripts/setup.sh; CI
+# compiles the targets with clang when it is there, but runs no campaign), needed here
 ./scripts/setup.sh
 need=""
 for p in clang libclang-rt-14-dev libomp-dev; do
@@ -37,7 +39,7 @@ CC=clang cmake -S . -B "$build" -DK3_FUZZ=ON -DK3_SANITIZE=ON -DCMAKE_BUILD_TYPE
 for t in $targets; do
     nice -n 10 cmake --build "$build" -j "${K3_JOBS:-2}" --target "fuzz_$t" >/dev/null
 done
-printf '%-20s %8s %12s %10s %8s  %s\n' target seconds executions exec/s corpus findings
+printf '%-20s %8s %12s %10s %8s %7s %7s  %s\n' target seconds executions exec/s corpus cov ft findings
 found=0
 for t in $targets; do
     work="$build/fuzz-work/$t"
@@ -45,8 +47,16 @@ for t in $targets; do
     log="$build/fuzz-logs/$t.log"
     mkdir -p "$work" "$art" "$(dirname "$log")"
     rm -f "$art"/*
-    nice -n 10 "$build/tests/fuzz_$t" -max_total_time="$secs" -timeout=20 -rss_limit_mb=2560 \
+    if [ "$secs" -eq 0 ]; then                   # the corpus once: its coverage, nothing new
+        run="-runs=0"
+    else
+        run="-max_total_time=$secs"
+    fi
+    nice -n 10 "$build/tests/fuzz_$t" "$run" -timeout=20 -rss_limit_mb=2560 \
         -print_final_stats=1 -artifact_prefix="$art/" "$work" "tests/fuzz/corpus/$t" >"$log" 2>&1 || true
+    cov=$(grep -oE 'cov: [0-9]+ ft: [0-9]+' "$log" | tail -1)
+    edges=$(echo "$cov" | awk '{print $2}')
+    feats=$(echo "$cov" | awk '{print $4}')
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
     rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
     units=$(ls "$work" | wc -l)
@@ -60,7 +70,8 @@ for t in $targets; do
         findings="$findings $dest"
         found=1
     done
-    printf '%-20s %8s %12s %10s %8s  %s\n' "$t" "$secs" "${execs:-?}" "${rate:-?}" "$units" "${findings:-none}"
+    printf '%-20s %8s %12s %10s %8s %7s %7s  %s\n' "$t" "$secs" "${execs:-?}" "${rate:-?}" "$units" "${edges:-?}" \
+        "${feats:-?}" "${findings:-none}"
     [ -z "$findings" ] || grep -m3 -E 'ERROR|invariant|SUMMARY|disagree|does not' "$log" | sed 's/^/    /' || true
 done
 exit $found

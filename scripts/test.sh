@@ -17,6 +17,14 @@ echo "== build (Release, -Werror) and run all tests"
 
 echo "== build with clang (-Werror; at -O0: its warnings are the point, the tests ran on gcc's build)"
 CC=clang ./scripts/build.sh build-clang -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG=-O0
+# and the libFuzzer targets, wherever their runtime is installed (setup.sh tries it), so a change
+# that breaks one is caught here, not at the next campaign (scripts/fuzz.sh)
+if dpkg-query -W -f='${Status}' libclang-rt-14-dev 2>/dev/null | grep -q "ok installed"; then
+    echo "== the libFuzzer targets (clang, -O0)"
+    CC=clang cmake -S . -B build-fuzz-ci -DK3_WERROR=ON -DK3_FUZZ=ON -DCMAKE_BUILD_TYPE=Debug \
+        -DCMAKE_C_FLAGS_DEBUG=-O0 >/dev/null
+    cmake --build build-fuzz-ci -j "$jobs" --target fuzz_targets >/dev/null
+fi
 
 echo "== build (ASan + UBSan, without MPI) and run the whole suite again"
 # without MPI: the second build is also k3 as it builds where Open MPI is not installed

@@ -10,7 +10,7 @@
 #  - neither: both say plainly that the download was not checked;
 #  - 1 and 2 threads and the archive give the same pack, download record included.
 . "$(dirname "$0")/lib.sh"
-command -v git >/dev/null || { echo "pack_download: skipped: no git (for git hash-object)"; exit 0; }
+command -v git >/dev/null || fail "git is needed for git hash-object (scripts/setup.sh installs it)"
 make_ckpt tiny "$T/ck"
 # the snapshot, as huggingface_hub lays it out
 snap="$T/hub/models--k3--tiny/snapshots/0123abcd"
@@ -78,7 +78,8 @@ expect_exit 1 "$K3_BIN/k3pack" "$T/ck" --sha256 "$T/SUMS.bad" -o "$T/p_sums_bad"
 expect_err "$first': its SHA-256 is"
 expect_err "'$T/SUMS.bad' line 1 says"
 [ ! -e "$T/p_sums_bad/manifest.json" ] || fail "a manifest after a SHA-256 mismatch"
-expect_exit 1 "$K3_BIN/k3verify" -q --checkpoint "$T/ck" --sha256 "$T/SUMS.bad"
+expect_exit 1 "$K3_BIN/k3verify" --checkpoint "$T/ck" --sha256 "$T/SUMS.bad"
+grep -q "$first (download): FAILED" "$T/out" || { cat "$T/out"; fail "k3verify --sha256 does not name $first"; }
 tail -n +2 "$T/SUMS" > "$T/SUMS.short"
 expect_exit 2 "$K3_BIN/k3pack" "$T/ck" --sha256 "$T/SUMS.short" -o "$T/p_short"
 expect_err "has no line for '$first'"
@@ -94,6 +95,8 @@ expect_exit 0 "$K3_BIN/k3pack" -q "$T/ck.tar.zst" --sha256 "$T/SUMS" -o "$T/p_ta
 expect_exit 1 "$K3_BIN/k3pack" "$T/ck.tar.zst" --sha256 "$T/SUMS.bad" -o "$T/p_tar_bad"
 expect_err "its SHA-256 is"
 [ ! -e "$T/p_tar_bad/manifest.json" ] || fail "a manifest after an archive entry's SHA-256 mismatch"
+[ -z "$(ls "$T/p_tar_bad" 2>/dev/null | grep '\.k3s$')" ] || fail "shards kept after an archive's mismatch"
+[ ! -e "$T/p_tar_bad/.k3pack.journal" ] || fail "a journal kept after an archive's mismatch"
 
 # neither: said plainly; the same pack whatever the threads and the source (its record included)
 expect_exit 0 "$K3_BIN/k3pack" "$T/ck" -o "$T/p1"
