@@ -101,21 +101,6 @@ static k3_err side_files(pk_writer *w, const k3_st_ckpt *ck, const k3_dl *dl, co
     return K3_OK;
 }
 
-/* An in-place pack reads expert records where they are: its download is checked in a pass of its own. */
-static k3_err in_place_files(pk_writer *w, const k3_st_ckpt *ck, const k3_dl *dl, int *bad, k3_diag *d)
-{
-    k3_info("--experts-in-place: checking the download first, in a read of its own (%zu files)", ck->n_files);
-    for (size_t i = 0; i < ck->n_files; i++) {
-        uint8_t sha[32];
-        uint64_t n;
-        k3_err e = pk_check_interrupt(d);
-        if (!e) e = k3_dl_hash_file(ck->files[i].path, k3_dl_find(dl, ck->files[i].name), sha, &n, d);
-        if (e == K3_ERR_CORRUPT) *bad = 1;
-        if (e || (e = pk_add_src_file(w, ck->files[i].name, n, sha, d))) return e;
-    }
-    return K3_OK;
-}
-
 static void on_signal(int sig)
 {
     pk_interrupted = sig;
@@ -345,21 +330,17 @@ int main(int argc, char **argv)
     }
 
     /* 4. write: the side files checked (small, read again), then every weights file streamed, each
-       byte hashed on the way (an in-place pack reads its files in place: checked first, in a pass of
-       their own) */
+       byte hashed on the way (an in-place pack too: its records are hashed where they lie as they
+       pass) */
     int bad_download = 0;
     if (!archive) e = side_files(&w, &ck, &dl, tok_names, tok_data, tok_len, &bad_download, &d);
-    if (!e && in_place && dl.n) e = in_place_files(&w, &ck, &dl, &bad_download, &d);
     k3_progress_start(&w.prog, "k3pack", plan.src_bytes);
     if (e) {
     } else if (archive) {
         w.streamed = 1;
         e = pk_archive_pack(&ar, &w, &dl, &d);
         bad_download = ar.download_bad;
-    } else if (in_place) {
-        w.streamed = dl.n > 0;
-        e = pk_pack_from_checkpoint(&w, &ck, inputs, (int)threads, &d);
-    } else {
+    } else {                                          /* a copy or --experts-in-place: the same one read */
         w.streamed = 1;
         e = pk_pack_stream_ckpt(&w, &ck, &dl, (int)threads, &bad_download, &d);
     }

@@ -18,6 +18,7 @@
 #include "k3_download.h"
 #include "k3_error.h"
 #include "k3_file.h"
+#include "k3_hash.h"
 #include "k3_manifest.h"
 #include "k3_pack_hash.h"
 #include "k3_progress.h"
@@ -141,6 +142,9 @@ typedef struct pk_writer {
     k3_mf_srcfile *src_files;   /* [n_src_files] names owned */
     uint32_t n_src_files;
     int streamed;               /* the source was read front to back: every file's SHA-256 is known */
+    /* --experts-in-place, while the files stream (pack_in_place.c) */
+    uint64_t *ip_left;          /* [n_shards] an in-place layer's records (left in place) not yet hashed */
+    k3_atomic_file copied;      /* PK_COPIED_NAME being written (fd -1: none) */
     const char *download_checked;   /* what they were checked against (NULL: nothing) */
 } pk_writer;
 
@@ -167,11 +171,17 @@ k3_err pk_feed_end(pk_writer *w, pk_feed *f, int *last, k3_diag *d);
 void pk_feed_free(pk_feed *f);
 /* Hash the finished temporary file, commit it under its name, journal it. */
 k3_err pk_shard_finish(pk_writer *w, uint32_t s, k3_diag *d);
-/* An in-place layer (shard s of the plan): its records read from the checkpoint (fds: one per
-   file) through buf [8 MiB] and hashed into w->hashes[s].record (pack_in_place.c). */
-k3_err pk_hash_in_place(pk_writer *w, const k3_st_ckpt *ck, const int *fds, uint32_t s, uint8_t *buf, k3_diag *d);
-/* Write PK_COPIED_NAME (the records no layer could leave in place), hashing them. */
-k3_err pk_write_copied(pk_writer *w, const k3_st_ckpt *ck, const int *fds, uint8_t *buf, k3_diag *d);
+/* --experts-in-place as the files stream (pack_in_place.c): begin (the layers' record hashes,
+   PK_COPIED_NAME opened with its header), then for each tensor of an in-place layer's shard,
+   tensor / data / tensor_end instead of pk_feed_* (a record left in place is hashed as its parts
+   pass, in their offset order; a copied one is written at its place), then finish (every record
+   hashed, the copies hashed from the file written, PK_COPIED_NAME committed). */
+k3_err pk_in_place_begin(pk_writer *w, k3_diag *d);
+struct pk_entry;
+k3_err pk_in_place_tensor(pk_writer *w, struct pk_entry *es, const pk_item *it, k3_diag *d);
+k3_err pk_in_place_data(pk_writer *w, struct pk_entry *es, const uint8_t *p, size_t n, k3_diag *d);
+k3_err pk_in_place_tensor_end(pk_writer *w, struct pk_entry *es, k3_diag *d);
+k3_err pk_in_place_finish(pk_writer *w, k3_diag *d);
 /* The manifest of an in-place pack: its checkpoint_files (src_of: [n_inputs] -> index or
    UINT32_MAX), and shard s's layer described in place. */
 k3_err pk_manifest_sources(const pk_writer *w, k3_manifest *m, uint32_t *src_of, k3_diag *d);
@@ -244,6 +254,12 @@ typedef struct pk_entry {
     k3_dl_hash sha;             /* SHA-256 of every byte so far */
     int hash_outside;           /* the caller feeds sha itself (pack_source_dir.c: on a thread of its own) */
     const k3_dl_want *want;     /* what it should hash to (NULL: nothing known) */
+    /* the current tensor in an in-place layer (pk_in_place_*): 0 none, 1 of a record left in
+       place, 2 of a copied one */
+    int ip;
+    uint32_t ip_shard, ip_part;
+    uint64_t ip_rec, ip_got;    /* its record; its bytes so far */
+    k3_hasher64 *ip_h;          /* [record] XXH3-64 of a record left in place, its parts in offset order */
 } pk_entry;
 
 void pk_entry_begin(pk_entry *es, const char *name, uint64_t size, uint32_t entry_no, const k3_dl_want *want);
@@ -259,14 +275,10 @@ void pk_writer_discard(pk_writer *w);
 
 /* Stream every file of a checkpoint directory into the pack (pack_source_dir.c), threads files at
    once, each checked against dl's hash for it as it is read (dl may be NULL); *bad_download set when
-   one was not as published. */
+   one was not as published. An --experts-in-place pack streams the same way: the one read that
+   writes its trunk also hashes its in-place records and every file's SHA-256. */
 k3_err pk_pack_stream_ckpt(pk_writer *w, const k3_st_ckpt *ck, const k3_dl *dl, int threads, int *bad_download,
                            k3_diag *d);
-
-/* An --experts-in-place pack from an opened checkpoint (directory or file): its shards written shard by
-   shard, its in-place layers' records hashed where they lie (a copy pack streams: pk_pack_stream_ckpt). */
-k3_err pk_pack_from_checkpoint(pk_writer *w, const k3_st_ckpt *ck, const pk_input *in, int threads,
-                                k3_diag *d);
 
 /* SIGINT / SIGTERM: set by main's signal handler, polled between chunks by the sources
    (pack_journal.c). */

@@ -9,8 +9,10 @@
  * expert's tensors are adjacent in one file, cover one range exactly, sit at
  * the same offsets in it as expert 0's, start at a multiple of their element
  * size, and need no conversion. Any other layer is copied into its shard as
- * usual. pk_hash_in_place then reads each in-place record once, as packing
- * would, and keeps its XXH3-64 for the manifest.
+ * usual. The files then stream front to back as for any pack (pack_stream.c):
+ * a record left in place is hashed (XXH3-64, for the manifest) as its parts
+ * pass, a record no layer could leave in place is written into
+ * PK_COPIED_NAME, and every byte is SHA-256'd in that same read.
  */
 #include "pack.h"
 
@@ -226,56 +228,6 @@ k3_err pk_plan_in_place(pk_plan *p, const k3_st_ckpt *ck, k3_diag *d)
     return plan_copied(p, ck, d);
 }
 
-/* The XXH3-64 of every record of in-place shard s, read from the checkpoint (fds: [n_files]
-   open descriptors) through buf [PK_CHUNK]; an E8M0 scale part is checked for 255 (NaN) as a
-   copy would be. */
-static k3_err hash_layer(pk_writer *w, const k3_st_ckpt *ck, const int *fds, uint32_t s, uint8_t *buf,
-                         k3_hasher64 *h, k3_diag *d)
-{
-    const pk_shard *sh = &w->p->shards[s];
-    const pk_in_place *ip = w->p->in_place[s];
-    uint64_t *hs = malloc((sh->h.n_records + 1) * sizeof *hs);      /* [n_records] */
-    if (!hs) return k3_fail(d, K3_ERR_NOMEM, "out of memory");
-    k3_err e = K3_OK;
-    for (uint64_t r = 0; r < sh->h.n_records && !e; r++) {
-        hs[r] = 0;
-        if (ip->file[r] == PK_COPIED) continue;              /* pk_write_copied hashes it */
-        const k3_st_file *f = &ck->files[ip->file[r]];
-        int fd = fds[ip->file[r]];
-        k3_hasher64_reset(h);
-        for (uint64_t pos = 0; pos < ip->record_size && !e;) {
-            size_t n = (size_t)(ip->record_size - pos < PK_CHUNK ? ip->record_size - pos : PK_CHUNK);
-            if ((e = pk_check_interrupt(d)) || (e = k3_pread_full(fd, buf, n, ip->off[r] + pos, f->path, d))) break;
-            k3_hasher64_update(h, buf, n);
-            for (uint32_t k = 0; k < sh->h.n_entries; k++) {      /* FORMAT.md 3: no E8M0 byte 255 */
-                const k3_shard_entry *en = &sh->h.entries[k];
-                uint64_t a = ip->part_off[k], b = a + en->size;
-                if (en->encoding != K3_ENC_E8M0 || b <= pos || a >= pos + n) continue;
-                uint64_t from = a > pos ? a - pos : 0, to = b < pos + n ? b - pos : n;
-                const uint8_t *bad = memchr(buf + from, 0xFF, (size_t)(to - from));
-                if (bad)
-                    e = k3_fail(d, K3_ERR_FORMAT, "'%s': expert %llu of layer %lld: scale byte %llu of '%s' is 255, NaN "
-                                "in E8M0; the checkpoint is invalid", f->path, (unsigned long long)r,
-                                (long long)sh->layer, (unsigned long long)(pos + (uint64_t)(bad - buf) - a),
-                                en->name);
-            }
-            posix_fadvise(fd, (off_t)(ip->off[r] + pos), (off_t)n, POSIX_FADV_DONTNEED);   /* read once */
-            pos += n;
-            pthread_mutex_lock(&w->lock);
-            w->bytes_done += n;
-            char detail[128];
-            snprintf(detail, sizeof detail, "layer %lld's experts, in place", (long long)sh->layer);
-            k3_progress_update(&w->prog, w->bytes_done, detail);
-            pthread_mutex_unlock(&w->lock);
-        }
-        hs[r] = k3_hasher64_digest(h);
-    }
-    if (e) { free(hs); return e; }
-    free(w->hashes[s].record);
-    w->hashes[s].record = hs;
-    return K3_OK;
-}
-
 /* order[0..n): the shard entries of an in-place layer by their offset in its record. */
 static void part_order(const pk_in_place *ip, uint32_t n, uint32_t *order)
 {
@@ -286,19 +238,134 @@ static void part_order(const pk_in_place *ip, uint32_t n, uint32_t *order)
     }
 }
 
-k3_err pk_hash_in_place(pk_writer *w, const k3_st_ckpt *ck, const int *fds, uint32_t s, uint8_t *buf, k3_diag *d)
+k3_err pk_in_place_begin(pk_writer *w, k3_diag *d)
 {
-    k3_hasher64 *h = k3_hasher64_new();
-    if (!h) return k3_fail(d, K3_ERR_NOMEM, "out of memory");
-    k3_err e = hash_layer(w, ck, fds, s, buf, h, d);
-    k3_hasher64_free(h);
-    if (!e) {
-        pthread_mutex_lock(&w->lock);
-        w->placed[s] = 1;
-        w->shards_done++;
-        pthread_mutex_unlock(&w->lock);
+    const pk_plan *p = w->p;
+    w->copied.fd = -1;
+    if (!(w->ip_left = calloc(p->n_shards + 1, sizeof *w->ip_left)))
+        return k3_fail(d, K3_ERR_NOMEM, "out of memory");
+    for (uint32_t s = 0; s < p->n_shards; s++) {
+        const pk_in_place *ip = p->in_place[s];
+        if (!ip) continue;
+        uint64_t n = p->shards[s].h.n_records;
+        free(w->hashes[s].record);
+        if (!(w->hashes[s].record = calloc(n + 1, sizeof *w->hashes[s].record)))   /* [n_records] */
+            return k3_fail(d, K3_ERR_NOMEM, "out of memory");
+        for (uint64_t r = 0; r < n; r++) w->ip_left[s] += ip->file[r] != PK_COPIED;
+        if (!w->ip_left[s]) {                     /* every record copied: nothing to wait for */
+            w->placed[s] = 1;
+            w->shards_done++;
+        }
     }
+    if (!p->n_copied) return K3_OK;
+    k3_err e = k3_atomic_open(&w->copied, w->out_dir, PK_COPIED_NAME, d);
+    if (!e) e = k3_pwrite_full(w->copied.fd, p->copied_header, (size_t)p->copied_header_size, 0, w->copied.tmp_path, d);
+    if (!e && ftruncate(w->copied.fd, (off_t)p->copied_size) != 0)
+        e = k3_fail(d, K3_ERR_IO, "cannot size '%s': %s", w->copied.tmp_path, strerror(errno));
+    if (e && w->copied.fd >= 0) k3_atomic_abort(&w->copied);
     return e;
+}
+
+k3_err pk_in_place_tensor(pk_writer *w, pk_entry *es, const pk_item *it, k3_diag *d)
+{
+    const pk_shard *sh = &w->p->shards[it->shard];
+    const pk_in_place *ip = w->p->in_place[it->shard];
+    uint64_t i = (uint64_t)(it - w->p->items) - sh->first_item, np = sh->h.n_entries;
+    es->ip_shard = it->shard;
+    es->ip_rec = i / np;
+    es->ip_part = (uint32_t)(i % np);
+    es->ip_got = 0;
+    es->ip = ip->file[es->ip_rec] == PK_COPIED ? 2 : 1;
+    if (es->ip == 1 && ip->part_off[es->ip_part] == 0) {   /* a record's first part: its hash begins */
+        if (!es->ip_h && !(es->ip_h = k3_hasher64_new())) return k3_fail(d, K3_ERR_NOMEM, "out of memory");
+        k3_hasher64_reset(es->ip_h);
+    }
+    return K3_OK;
+}
+
+k3_err pk_in_place_data(pk_writer *w, pk_entry *es, const uint8_t *p, size_t n, k3_diag *d)
+{
+    const pk_shard *sh = &w->p->shards[es->ip_shard];
+    const pk_in_place *ip = w->p->in_place[es->ip_shard];
+    const k3_shard_entry *en = &sh->h.entries[es->ip_part];
+    const uint8_t *bad = en->encoding == K3_ENC_E8M0 ? memchr(p, 0xFF, n) : NULL;   /* FORMAT.md 3 */
+    if (bad)
+        return k3_fail(d, K3_ERR_FORMAT, "'%s': expert %llu of layer %lld: scale byte %llu of '%s' is 255, NaN in "
+                       "E8M0; the checkpoint is invalid", es->name, (unsigned long long)es->ip_rec,
+                       (long long)sh->layer, (unsigned long long)(es->ip_got + (uint64_t)(bad - p)), en->name);
+    k3_err e = K3_OK;
+    if (es->ip == 1) {
+        if (!es->ip_h) return k3_fail(d, K3_ERR_INTERNAL, "'%s': a record of layer %lld began mid-way", es->name,
+                                      (long long)sh->layer);
+        k3_hasher64_update(es->ip_h, p, n);
+    } else {
+        e = k3_pwrite_full(w->copied.fd, p, n, ip->off[es->ip_rec] + ip->part_off[es->ip_part] + es->ip_got,
+                           w->copied.tmp_path, d);
+    }
+    es->ip_got += n;
+    return e;
+}
+
+k3_err pk_in_place_tensor_end(pk_writer *w, pk_entry *es, k3_diag *d)
+{
+    const pk_shard *sh = &w->p->shards[es->ip_shard];
+    const pk_in_place *ip = w->p->in_place[es->ip_shard];
+    const k3_shard_entry *en = &sh->h.entries[es->ip_part];
+    uint32_t s = es->ip_shard;
+    int last = es->ip == 1 && ip->part_off[es->ip_part] + en->size == ip->record_size;
+    pthread_mutex_lock(&w->lock);
+    if (last) {                                   /* the record's last part: its hash is complete */
+        w->hashes[s].record[es->ip_rec] = k3_hasher64_digest(es->ip_h);
+        if (--w->ip_left[s] == 0) {
+            w->placed[s] = 1;
+            w->shards_done++;
+        }
+    }
+    w->bytes_done += es->ip_got;
+    char detail[128];
+    snprintf(detail, sizeof detail, "layer %lld's experts, in place", (long long)sh->layer);
+    k3_progress_update(&w->prog, w->bytes_done, detail);
+    pthread_mutex_unlock(&w->lock);
+    es->ip = 0;
+    (void)d;
+    return K3_OK;
+}
+
+/* PK_COPIED_NAME complete: each copied record hashed as it will be read (its bytes in offset order:
+   the layout has no gaps), from the file just written (the pack's own bytes, not the download's). */
+static k3_err hash_copies(pk_writer *w, k3_diag *d)
+{
+    const pk_plan *p = w->p;
+    uint8_t *buf = malloc(PK_CHUNK);                                 /* [PK_CHUNK] */
+    k3_hasher64 *h = k3_hasher64_new();
+    k3_err e = buf && h ? K3_OK : k3_fail(d, K3_ERR_NOMEM, "out of memory");
+    for (uint64_t i = 0; i < p->n_copied && !e; i++) {
+        const pk_in_place *ip = p->in_place[p->copied[i].shard];
+        uint64_t r = p->copied[i].record;
+        k3_hasher64_reset(h);
+        for (uint64_t pos = 0; pos < ip->record_size && !e; pos += PK_CHUNK) {
+            size_t n = (size_t)(ip->record_size - pos < PK_CHUNK ? ip->record_size - pos : PK_CHUNK);
+            if (!(e = k3_pread_full(w->copied.fd, buf, n, ip->off[r] + pos, w->copied.tmp_path, d)))
+                k3_hasher64_update(h, buf, n);
+        }
+        if (!e) w->hashes[p->copied[i].shard].record[r] = k3_hasher64_digest(h);
+    }
+    k3_hasher64_free(h);
+    free(buf);
+    return e;
+}
+
+k3_err pk_in_place_finish(pk_writer *w, k3_diag *d)
+{
+    const pk_plan *p = w->p;
+    for (uint32_t s = 0; s < p->n_shards; s++)
+        if (p->in_place[s] && !w->placed[s])
+            return k3_fail(d, K3_ERR_INTERNAL, "layer %lld: %llu records left in place never arrived",
+                           (long long)p->shards[s].layer, (unsigned long long)w->ip_left[s]);
+    if (!p->n_copied) return K3_OK;
+    k3_err e = hash_copies(w, d);
+    if (e) return e;
+    return k3_atomic_commit(&w->copied, d);
 }
 
 /*
@@ -376,51 +443,4 @@ k3_err pk_manifest_in_place(const pk_writer *w, k3_manifest *m, uint32_t s, cons
         pt->size = en->size;
     }
     return K3_OK;
-}
-
-/* PK_COPIED_NAME: its header, then each copied record's tensors read from the checkpoint (fds)
-   and written at their places, the record hashed as it will be read (its bytes in offset order:
-   the layout has no gaps). */
-k3_err pk_write_copied(pk_writer *w, const k3_st_ckpt *ck, const int *fds, uint8_t *buf, k3_diag *d)
-{
-    const pk_plan *p = w->p;
-    if (!p->n_copied) return K3_OK;
-    k3_atomic_file af;
-    k3_err e = k3_atomic_open(&af, w->out_dir, PK_COPIED_NAME, d);
-    if (e) return e;
-    k3_hasher64 *h = k3_hasher64_new();
-    if (!h) e = k3_fail(d, K3_ERR_NOMEM, "out of memory");
-    if (!e) e = k3_pwrite_full(af.fd, p->copied_header, (size_t)p->copied_header_size, 0, af.tmp_path, d);
-    for (uint64_t i = 0; i < p->n_copied && !e; i++) {
-        const pk_shard *sh = &p->shards[p->copied[i].shard];
-        const pk_in_place *ip = p->in_place[p->copied[i].shard];
-        uint64_t r = p->copied[i].record, np = sh->h.n_entries;
-        uint32_t order[K3_MAX_RECORD_PARTS];
-        part_order(ip, (uint32_t)np, order);
-        k3_hasher64_reset(h);
-        for (uint32_t q = 0; q < np && !e; q++) {
-            uint32_t k = order[q];
-            const pk_item *it = &p->items[sh->first_item + r * np + k];
-            const k3_st_tensor *t = k3_st_find(ck, it->src_name);
-            const k3_st_file *f = &ck->files[t->file];
-            const k3_shard_entry *en = &sh->h.entries[k];
-            for (uint64_t pos = 0; pos < t->nbytes && !e;) {
-                size_t n = (size_t)(t->nbytes - pos < PK_CHUNK ? t->nbytes - pos : PK_CHUNK);
-                if ((e = pk_check_interrupt(d)) || (e = k3_pread_full(fds[t->file], buf, n, t->offset + pos, f->path, d)))
-                    break;
-                if (en->encoding == K3_ENC_E8M0 && memchr(buf, 0xFF, n))
-                    e = k3_fail(d, K3_ERR_FORMAT, "tensor '%s': a scale byte is 255, NaN in E8M0; the checkpoint is "
-                                "invalid", t->name);
-                k3_hasher64_update(h, buf, n);
-                if (!e) e = k3_pwrite_full(af.fd, buf, n, ip->off[r] + ip->part_off[k] + pos, af.tmp_path, d);
-                pos += n;
-            }
-        }
-        if (!e) w->hashes[p->copied[i].shard].record[r] = k3_hasher64_digest(h);
-    }
-    k3_hasher64_free(h);
-    if (!e && ftruncate(af.fd, (off_t)p->copied_size) != 0)
-        e = k3_fail(d, K3_ERR_IO, "cannot size '%s': %s", af.tmp_path, strerror(errno));
-    if (e) { k3_atomic_abort(&af); return e; }
-    return k3_atomic_commit(&af, d);
 }

@@ -1,8 +1,8 @@
 /*
  * pack_source_dir.c - k3pack from a checkpoint directory or a single
- * .safetensors file: shards are written one after another (or several at once
- * with --threads), each tensor read with pread in chunks of PK_CHUNK bytes, so
- * memory stays bounded whatever the checkpoint's size. Each file is checked
+ * .safetensors file: each file streamed front to back (pack_stream.c; several
+ * at once with --threads) in chunks of PK_CHUNK bytes, so memory stays bounded
+ * whatever the checkpoint's size. Each file is checked
  * against what was validated (size, mtime) when it is opened, and a short read
  * says the file changed under k3pack; SIGINT / SIGTERM are noticed per chunk.
  */
@@ -19,48 +19,6 @@
 #include "k3_log.h"
 
 #define PK_CHUNK (8u << 20)
-
-static k3_err write_shard(pk_writer *w, const k3_st_ckpt *ck, const int *fds, uint32_t s, uint8_t *buf,
-                          k3_diag *d)
-{
-    const pk_shard *sh = &w->p->shards[s];
-    k3_err e = pk_shard_begin(w, s, d);
-    if (e) return e;
-    for (size_t i = 0; i < sh->n_items && !e; i++) {
-        const pk_item *it = &w->p->items[sh->first_item + i];
-        const k3_st_tensor *t = k3_st_find(ck, it->src_name);
-        if (!t || t->nbytes != it->src_bytes) {
-            e = k3_fail(d, K3_ERR_INTERNAL, "tensor '%s' vanished from the checkpoint", it->src_name);
-            break;
-        }
-        const k3_st_file *f = &ck->files[t->file];
-        int fd = fds[t->file];
-        posix_fadvise(fd, (off_t)t->offset, (off_t)t->nbytes, POSIX_FADV_SEQUENTIAL);
-        pk_feed feed;
-        if ((e = pk_feed_begin(&feed, it, d))) break;
-        for (uint64_t pos = 0; pos < t->nbytes && !e;) {
-            size_t n = (size_t)(t->nbytes - pos < PK_CHUNK ? t->nbytes - pos : PK_CHUNK);
-            e = pk_check_interrupt(d);
-            if (!e && (e = k3_pread_full(fd, buf, n, t->offset + pos, f->path, d))) {
-                struct stat st;
-                if (fstat(fd, &st) == 0 && (uint64_t)st.st_size != f->size)
-                    e = k3_fail(d, K3_ERR_IO, "'%s' changed while k3pack was reading it: it was %llu bytes and is "
-                                "%llu now", f->path, (unsigned long long)f->size, (unsigned long long)st.st_size);
-            }
-            if (!e) e = pk_feed_data(w, &feed, buf, n, d);
-            /* the checkpoint is read once: keep it out of the page cache */
-            posix_fadvise(fd, (off_t)(t->offset + pos), (off_t)n, POSIX_FADV_DONTNEED);
-            pos += n;
-        }
-        if (!e) e = pk_feed_end(w, &feed, NULL, d);
-        pk_feed_free(&feed);
-    }
-    if (e) {
-        k3_atomic_abort(&w->af[s]);
-        return e;
-    }
-    return pk_shard_finish(w, s, d);
-}
 
 static int64_t mtime_ns(const struct stat *st)
 {
@@ -123,50 +81,6 @@ static void close_inputs(const k3_st_ckpt *ck, int *fds)
     for (size_t i = 0; i < ck->n_files; i++)
         if (fds[i] >= 0) close(fds[i]);
     free(fds);
-}
-
-k3_err pk_pack_from_checkpoint(pk_writer *w, const k3_st_ckpt *ck, const pk_input *in, int threads, k3_diag *d)
-{
-    int *fds;
-    k3_err e = open_inputs(ck, in, &fds, d);
-    if (!fds) return e;
-    if (threads < 1) threads = 1;
-    k3_diag first = {0};
-    int failed = 0;
-    if (!e) {
-#pragma omp parallel num_threads(threads)
-        {
-            uint8_t *buf = malloc(PK_CHUNK);                     /* [PK_CHUNK] read buffer, per thread */
-#pragma omp for schedule(dynamic, 1)
-            for (uint32_t s = 0; s < w->p->n_shards; s++) {
-                int stop;
-#pragma omp atomic read
-                stop = failed;
-                if (stop || w->done[s]) continue;
-                k3_diag dd;
-                int in_place = w->p->in_place && w->p->in_place[s];
-                k3_err es = !buf ? k3_fail(&dd, K3_ERR_NOMEM, "out of memory")
-                          : in_place ? pk_hash_in_place(w, ck, fds, s, buf, &dd)
-                                     : write_shard(w, ck, fds, s, buf, &dd);
-                if (es) {
-#pragma omp critical(pk_first_error)
-                    if (!failed) {
-                        first = dd;
-                        failed = 1;
-                    }
-                }
-            }
-            free(buf);
-        }
-        if (failed) e = k3_fail(d, first.code, "%s", first.msg);
-    }
-    if (!e && w->p->n_copied) {                       /* records no layer could leave in place */
-        uint8_t *buf = malloc(PK_CHUNK);              /* [PK_CHUNK] */
-        e = buf ? pk_write_copied(w, ck, fds, buf, d) : k3_fail(d, K3_ERR_NOMEM, "out of memory");
-        free(buf);
-    }
-    close_inputs(ck, fds);
-    return e;
 }
 
 /* SHA-256 on a thread of its own, a chunk behind the reads: hashing (1.5 GB/s a core with the SHA
@@ -282,6 +196,7 @@ k3_err pk_pack_stream_ckpt(pk_writer *w, const k3_st_ckpt *ck, const k3_dl *dl, 
     k3_diag first = {0};
     volatile int failed = 0;
     int have_first = 0;
+    if (!e && w->p->in_place) e = pk_in_place_begin(w, d);
     if (!e) {
         pk_stream stm = {.w = w, .src = ck->source};
 #pragma omp parallel num_threads(threads)
@@ -310,6 +225,7 @@ k3_err pk_pack_stream_ckpt(pk_writer *w, const k3_st_ckpt *ck, const k3_dl *dl, 
         }
         if (failed) e = k3_fail(d, first.code, "%s", first.msg);
     }
+    if (!e && w->p->in_place) e = pk_in_place_finish(w, d);
     close_inputs(ck, fds);
     return e;
 }

@@ -3,7 +3,8 @@
  * (pack.h "Streaming a safetensors file"): its header parsed as it arrives,
  * then each tensor's bytes fed to its planned place in its shard (pwrite, in
  * whatever order the file holds them), a shard finished (hashed, renamed,
- * journalled) when its last tensor has arrived, and every byte - header,
+ * journalled) when its last tensor has arrived (an --experts-in-place layer's
+ * tensors go to pack_in_place.c instead), and every byte - header,
  * tensors, skipped vision tensors - hashed with SHA-256 on the way, so the
  * download is checked against its publisher's hash in the one read that packs
  * it. The archive source (an entry of a tar) and the checkpoint directory
@@ -32,6 +33,8 @@ void pk_entry_free(pk_entry *es)
 {
     if (es->feeding) pk_feed_free(&es->feed);
     free(es->hdr);
+    k3_hasher64_free(es->ip_h);
+    es->ip_h = NULL;
     if (es->parsed) k3_st_header_free(&es->h);
     es->hdr = NULL;
     es->parsed = es->feeding = 0;
@@ -67,6 +70,7 @@ static k3_err start_tensor(pk_stream *st, pk_entry *es, k3_diag *d)
         st->seen_entry[idx] = es->entry_no;
     }
     uint32_t s = es->cur->shard;
+    if (w->p->in_place && w->p->in_place[s]) return pk_in_place_tensor(w, es, es->cur, d);   /* no shard file */
     pthread_mutex_lock(&w->lock);                        /* files stream side by side: one begins the shard */
     int done = w->done[s];
     if (!done && w->af[s].fd < 0) e = pk_shard_begin(w, s, d);
@@ -81,6 +85,7 @@ static k3_err start_tensor(pk_stream *st, pk_entry *es, k3_diag *d)
 static k3_err end_tensor(pk_stream *st, pk_entry *es, k3_diag *d)
 {
     k3_err e = K3_OK;
+    if (es->ip) e = pk_in_place_tensor_end(st->w, es, d);
     if (es->feeding) {
         int last = 0;
         e = pk_feed_end(st->w, &es->feed, &last, d);
@@ -139,6 +144,7 @@ k3_err pk_entry_data(pk_stream *st, pk_entry *es, const uint8_t *p, size_t n, k3
         uint64_t end = t->offset + t->nbytes;
         size_t take = (size_t)(end - es->pos < n ? end - es->pos : n);
         if (es->feeding) e = pk_feed_data(st->w, &es->feed, p, take, d);
+        else if (es->ip) e = pk_in_place_data(st->w, es, p, take, d);
         p += take;
         n -= take;
         es->pos += take;

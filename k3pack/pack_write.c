@@ -34,6 +34,7 @@ k3_err pk_writer_init(pk_writer *w, const pk_plan *p, const char *out_dir, int j
         pk_writer_free(w);
         return k3_fail(d, K3_ERR_NOMEM, "out of memory");
     }
+    w->copied.fd = -1;
     for (uint32_t s = 0; s < p->n_shards; s++) {
         w->af[s].fd = -1;
         w->remaining[s] = p->shards[s].n_items;
@@ -63,6 +64,7 @@ void pk_writer_free(pk_writer *w)
     free(w->resumed);
     free(w->remaining);
     free(w->placed);
+    free(w->ip_left);
     free(w->hashes);
     for (uint32_t i = 0; i < w->n_src_files; i++) free(w->src_files[i].name);
     free(w->src_files);
@@ -74,6 +76,7 @@ void pk_writer_abort(pk_writer *w)
 {
     for (uint32_t s = 0; w->af && s < w->p->n_shards; s++)
         if (w->af[s].fd >= 0) k3_atomic_abort(&w->af[s]);
+    if (w->copied.fd >= 0) k3_atomic_abort(&w->copied);
 }
 
 k3_err pk_shard_begin(pk_writer *w, uint32_t s, k3_diag *d)

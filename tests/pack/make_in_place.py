@@ -443,9 +443,7 @@ def in_place_manifest(m, placed, files, copies):
     gone = set(m["expert_layers"][i]["shard"] for i in placed)
     out = {}
     for k, v in m.items():
-        if k == "download":                  # k3pack records it only when it checks an in-place pack's download
-            continue
-        if k == "format_version":
+        if k == "format_version":            # ("download": the same files read, the same record)
             v = 3
         elif k == "shards":
             v = [s for s in v if s["name"] not in gone]

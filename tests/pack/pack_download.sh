@@ -59,6 +59,38 @@ grep -q "$last (download): FAILED" "$T/out" || { cat "$T/out"; fail "k3verify do
 cp "$T/blob.good" "$blob"
 expect_exit 0 "$K3_BIN/k3pack" -q "$snap" -o "$T/p_bad"           # downloaded again: packs from nothing
 same_but_download "$T/p_hub" "$T/p_bad" || fail "the pack after the fix differs"
+# --experts-in-place: the same checks in the one read that packs it (before: a read of its own, first,
+# and no record at all without hashes to check): the download record equals the copy pack's; the
+# checkpoint's bytes read once (strace's read/pread64 sums: 1x the weights files and their few
+# header reads, not 2x); a damaged blob stops it with nothing left
+expect_exit 0 strace -f -qq -y -e trace=read,pread64 -o "$T/trace" "$K3_BIN/k3pack" --experts-in-place "$snap" \
+    -o "$T/ip_hub"
+expect_err "the download was checked: every file's SHA-256 against the Hugging Face cache's hashes"
+grep -q '"checked_against"' "$T/ip_hub/manifest.json" || fail "the in-place pack has no download record"
+$PY - "$T/p_hub/manifest.json" "$T/ip_hub/manifest.json" <<'PYEOF' || fail "the in-place pack's download record"
+import json, sys
+a, b = (json.load(open(f))["download"] for f in sys.argv[1:3])
+assert a == b, (a, b)
+PYEOF
+weights=$(cat "$T/ck"/*.safetensors | wc -c)
+# what was read from the download (its blobs: the weights files, and the index and tokenizer files,
+# small), not the pack's own files k3pack reads back to hash them
+read_bytes=$(sed -n 's/^[0-9]* *\(read\|pread64\)([0-9]*<\([^>]*\)>.*= \([0-9][0-9]*\)$/\2 \3/p' "$T/trace" \
+    | awk -v b="$T/hub/models--k3--tiny/blobs/" 'index($1, b) == 1 {s += $2} END {print s + 0}')
+[ "$read_bytes" -ge "$weights" ] && [ "$read_bytes" -lt $((weights + weights / 4)) ] \
+    || fail "k3pack --experts-in-place read $read_bytes bytes for $weights bytes of weights files (want one read)"
+expect_exit 0 "$K3_BIN/k3pack" -q --experts-in-place "$T/ck" -o "$T/ip_plain"
+grep -q '"checked_against": null' "$T/ip_plain/manifest.json" || fail "an unchecked in-place pack does not say so"
+same_but_download "$T/ip_hub" "$T/ip_plain" || fail "the in-place pack of the snapshot differs"
+printf '\125' | dd of="$blob" bs=1 seek=$((size - 100)) conv=notrunc 2>/dev/null
+cmp -s "$blob" "$T/blob.good" && printf '\252' | dd of="$blob" bs=1 seek=$((size - 100)) conv=notrunc 2>/dev/null
+expect_exit 1 "$K3_BIN/k3pack" --experts-in-place "$snap" -o "$T/ip_bad"
+expect_err "$last': its SHA-256 is"
+[ ! -e "$T/ip_bad/manifest.json" ] || fail "an in-place manifest after a damaged download"
+[ -z "$(ls -A "$T/ip_bad" 2>/dev/null | grep -v '^\.k3pack\.lock$')" ] \
+    || fail "files kept after a damaged download, in place: $(ls -A "$T/ip_bad")"
+cp "$T/blob.good" "$blob"
+
 # a small (git) file's blob changed
 cfg=$(readlink -f "$snap/tokenizer_config.json")
 cp "$cfg" "$T/cfg.good"
