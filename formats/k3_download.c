@@ -14,6 +14,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cpuid.h>
+#include <nettle/version.h>
+
 #include "k3_file.h"
 #include "k3_log.h"
 
@@ -273,4 +276,12 @@ k3_err k3_dl_hash_file(const char *path, const k3_dl_want *w, uint8_t sha256[32]
     free(buf);
     close(fd);
     return e;
+}
+
+void k3_dl_describe(char *out, size_t cap)
+{
+    unsigned a = 0, b = 0, c = 0, dd = 0;
+    int sha = __get_cpuid_count(7, 0, &a, &b, &c, &dd) && (b >> 29 & 1);   /* CPUID.7.0:EBX.SHA */
+    snprintf(out, cap, "SHA-256: nettle %d.%d (this CPU's SHA extensions: %s)", nettle_version_major(),
+             nettle_version_minor(), sha ? "yes, used" : "no");
 }

@@ -77,4 +77,8 @@ void k3_dl_hex(const uint8_t *digest, size_t n, char *out);   /* out: 2n + 1 byt
 /* n hex digits (either case) into n/2 bytes; 0 if s[0..n) is not all hex digits. */
 int k3_dl_unhex(const char *s, size_t n, uint8_t *out);
 
+/* What the build checks downloads with, for --version: "SHA-256: nettle 3.8 (this CPU's SHA
+   extensions: yes)". */
+void k3_dl_describe(char *out, size_t cap);
+
 #endif

@@ -156,6 +156,9 @@ int main(int argc, char **argv)
     if (k3_opt_count(&a, K3_OPT_VERSION)) {
         k3_version_print(stdout, "k3pack");
         printf("pack format %d; %d with --experts-in-place\n", K3_PACK_VERSION, K3_PACK_VERSION_MAX);
+        char sha[128];
+        k3_dl_describe(sha, sizeof sha);
+        printf("%s\n", sha);
         return K3_EXIT_OK;
     }
     int json = k3_opt_count(&a, O_JSON) > 0, dry = k3_opt_count(&a, O_DRY) > 0;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "k3_download.h"
 #include "k3_version.h"
 #include "k3_error.h"
 #include "k3_log.h"
@@ -86,6 +87,9 @@ int main(int argc, char **argv)
     }
     if (k3_opt_count(&a, K3_OPT_VERSION)) {
         k3_version_print(stdout, k3_log_prog());
+        char sha[128];
+        k3_dl_describe(sha, sizeof sha);
+        printf("%s (--checkpoint)\n", sha);
         return K3_EXIT_OK;
     }
     k3v_pack_opts po = {0};

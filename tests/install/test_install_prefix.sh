@@ -19,6 +19,14 @@ done
 "$prefix/bin/k3run" --version | grep -q "^kernels: scalar, avx2, avx512" || fail "k3run --version lacks the kernels"
 "$prefix/bin/k3run" --version | grep -q "^MPI: " || fail "k3run --version lacks MPI"
 "$prefix/bin/k3run" --version | grep -q "^HTTPS: " || fail "k3run --version lacks HTTPS"
+# k3pack and k3verify: what checks a download, and whether this CPU's SHA extensions (the kernel's
+# sha_ni flag, read here) are there for it
+sha=no
+grep -qw sha_ni /proc/cpuinfo && sha="yes, used"
+for t in k3pack k3verify; do
+    "$prefix/bin/$t" --version | grep -q "^SHA-256: nettle [0-9]*\.[0-9]* (this CPU's SHA extensions: $sha)" \
+        || fail "$t --version: $("$prefix/bin/$t" --version)"
+done
 for p in k3run k3run-chat k3run-serve k3run-batch k3pack k3verify k3inspect; do
     page="$prefix/share/man/man1/$p.1"
     [ -s "$page" ] || fail "no man page $p.1"
