@@ -53,7 +53,8 @@ static const k3_opt opts[] = {
      "--plan: the plan for S conversations sharing each pass (as k3run serve --parallel S; refused where it does "
      "not fit), and tokens/s per conversation and in all for 1 to 32 of them"},
     {OPT_SNAPSHOTS, 0, "snapshots", "N", "2", NULL,
-     "--plan --parallel: state snapshots each conversation keeps (as k3run serve --snapshots), counted for each"},
+     "--plan --parallel: state snapshots each conversation keeps (as k3run serve --snapshots: with N > 0 one "
+     "more, for its shared prefix), counted for each"},
     {OPT_MEM_BW, 0, "mem-bw", "GB/S", "40", NULL,
      "--plan --parallel: the memory bandwidth a pass's resident weights and states are read at "
      "(tests/bench/bench_membw measures yours)"},
@@ -159,6 +160,7 @@ static int plan_cmd(const k3_args *a, const char *src)
     if (k3_opt_u64(a, OPT_SNAPSHOTS, 2, 0, &snaps, &d)) return k3_usage_error("%s", d.msg);
     if (snaps > 64) return k3_usage_error("--snapshots must be in 0..64");
     if (k3_opt_count(a, OPT_SNAPSHOTS) && !par) return k3_usage_error("--snapshots is planned with --parallel");
+    if (snaps) snaps++;                              /* as serve: one more for each slot's shared prefix */
     if (mbs) {
         char *end;
         mem_bw = strtod(mbs, &end);

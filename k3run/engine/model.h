@@ -94,6 +94,7 @@ void k3_model_snap_free(k3_model_snap *s);
 void k3_model_snap_take(const k3_model *m, k3_model_snap *s);            /* at the current position */
 uint32_t k3_model_snap_pos(const k3_model_snap *s);                       /* UINT32_MAX: empty */
 k3_err k3_model_snap_restore(k3_model *m, const k3_model_snap *s, k3_diag *d);  /* s's pos <= the current */
+void k3_model_snap_copy(k3_model_snap *dst, const k3_model_snap *src);    /* of one model */
 
 /* The state as named parts, for session files: for each layer in order "kda.L.win" [3][C][W-1]
    and "kda.L.S" [H][K][K], or "mla.L.c" [pos][R] and "mla.L.kr" [pos][dr]; then "logits" [V]
@@ -127,6 +128,10 @@ uint32_t k3_model_seq_index(const k3_model *m);        /* a handle's s */
    what follows on either is what would follow on src. Handles of one model; neither in a pass,
    src with no verify pass open. */
 k3_err k3_model_seq_copy(k3_model *dst, k3_model *src, k3_diag *d);
+/* A fork at an earlier position: dst's sequence becomes src's as it was at snapshot at's position p
+   (at taken on src, still valid: model_state.c), its MLA cache rows [0, p) from src and the rest from
+   at. Only src's rows below p are read, so src may be in a pass that appends beyond them; dst in none. */
+k3_err k3_model_seq_copy_at(k3_model *dst, k3_model *src, const k3_model_snap *at, k3_diag *d);
 
 typedef struct k3_model_rows {
     k3_model *seq;           /* the sequence's handle (of this model) */

@@ -120,6 +120,28 @@ k3_err k3_model_seq_copy(k3_model *dst, k3_model *src, k3_diag *d)
     return e;
 }
 
+k3_err k3_model_seq_copy_at(k3_model *dst, k3_model *src, const k3_model_snap *at, k3_diag *d)
+{
+    if (k3_owner(src) != k3_owner(dst)) return k3_fail(d, K3_ERR_INTERNAL, "a sequence copied between two models");
+    if (src->sq == dst->sq || at->pos == UINT32_MAX) return k3_fail(d, K3_ERR_INTERNAL, "a fork onto itself or empty");
+    uint32_t pos = at->pos;
+    k3_err e = k3_model_state_set_pos(dst, pos, d);
+    for (uint32_t i = 0; !e && i < k3_model_state_nparts(src); i++) {   /* the MLA rows: the cache parts */
+        k3_state_part from, to;
+        if ((e = k3_model_state_part(src, i, pos, &from, d))) break;
+        if (strncmp(from.name, "mla.", 4)) continue;                  /* KDA states and logits: from at */
+        if (!(e = k3_model_state_part(dst, i, pos, &to, d))) memcpy(to.data, from.data, (size_t)from.bytes);
+    }
+    if (!e) e = k3_model_snap_restore(dst, at, d);
+    return e;
+}
+
+void k3_model_snap_copy(k3_model_snap *dst, const k3_model_snap *src)
+{
+    memcpy(dst->buf, src->buf, (size_t)src->bytes);
+    dst->pos = src->pos;
+}
+
 /* ------------------------------------------------------------------------ */
 /* parts, for a session file                                                 */
 

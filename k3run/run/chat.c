@@ -3,6 +3,7 @@
  */
 #include "chat.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,11 @@ struct k3_chat {
     int32_t open_id, close_id, sep_id;
     uint32_t max_draft;            /* speculative decoding (decode.h), 0: off */
     k3_dec_learn learn;            /* the draft-length rule's state, across turns */
+    /* the shared prefix (k3_chat_keep_prefix): the state at the end of the last prompt's tools and
+       system messages, for this chat's next conversations and other chats' (k3_chat_take_prefix) */
+    k3_model_snap *prefix;         /* NULL: not kept */
+    int prefix_ok;                 /* it holds held[0 .. its pos), still in the model's cache (under mu) */
+    pthread_mutex_t mu;            /* prefix_ok, and the prefix and cache rows below it while read */
 };
 
 void k3_chat_set_draft(k3_chat *c, uint32_t max_draft, double rho)
@@ -56,6 +62,7 @@ k3_err k3_chat_new(k3_model *m, const k3_tok *tok, const k3_sampler_opts *so, ui
         k3_chat_free(c);
         return k3_fail(d, K3_ERR_NOMEM, "out of memory");
     }
+    pthread_mutex_init(&c->mu, NULL);
     for (uint32_t i = 0; i < c->max_snaps; i++)
         if ((e = k3_model_snap_new(m, &c->snap[i], d))) { k3_chat_free(c); return e; }
     if (c->open_id < 0 || c->close_id < 0 || c->sep_id < 0) {
@@ -75,13 +82,31 @@ void k3_chat_free(k3_chat *c)
 {
     if (!c) return;
     for (uint32_t i = 0; i < c->max_snaps; i++) k3_model_snap_free(c->snap[i]);
+    k3_model_snap_free(c->prefix);
     k3_sampler_free(&c->s);
     free(c->held);
+    pthread_mutex_destroy(&c->mu);
     free(c);
+}
+
+/* The prefix no longer holds (the model goes below it, or holds other ids): before the cache rows
+   under it are written again. */
+static void drop_prefix(k3_chat *c)
+{
+    if (!c->prefix) return;
+    pthread_mutex_lock(&c->mu);
+    c->prefix_ok = 0;
+    pthread_mutex_unlock(&c->mu);
+}
+
+k3_err k3_chat_keep_prefix(k3_chat *c, k3_diag *d)
+{
+    return c->prefix ? K3_OK : k3_model_snap_new(c->m, &c->prefix, d);
 }
 
 void k3_chat_reset(k3_chat *c)
 {
+    drop_prefix(c);
     k3_model_reset(c->m);
     k3_sampler_forget(&c->s);
     c->n_snaps = 0;
@@ -99,6 +124,7 @@ k3_err k3_chat_adopt(k3_chat *c, const int32_t *ids, uint32_t n, k3_diag *d)
 {
     uint32_t pos = k3_model_pos(c->m);
     if (n < pos) return k3_fail(d, K3_ERR_INTERNAL, "adopt: %u ids for position %u", n, pos);
+    drop_prefix(c);
     k3_sampler_forget(&c->s);
     for (uint32_t i = 0; i < pos; i++) {
         if (ids[i] < 0 || (uint32_t)ids[i] >= k3_model_vocab(c->m)) {
@@ -116,6 +142,7 @@ static void take_snapshot(k3_chat *c);
 
 k3_err k3_chat_fork(k3_chat *dst, const k3_chat *src, k3_diag *d)
 {
+    drop_prefix(dst);
     k3_err e = k3_model_seq_copy(dst->m, src->m, d);
     if (!e) e = k3_chat_adopt(dst, src->held, k3_model_pos(src->m), d);  /* the ids, the sampler's history */
     if (!e) take_snapshot(dst);
@@ -139,8 +166,11 @@ static k3_err feed(k3_chat *c, const int32_t *ids, uint32_t n, k3_diag *d)
     return K3_OK;
 }
 
-/* Bring the model to prompt[0 .. n): keep the longest held prefix reachable, process the rest. */
-static k3_err sync_prompt(k3_chat *c, const int32_t *p, uint32_t n, uint32_t *cached, k3_diag *d)
+/* Bring the model to prompt[0 .. n): keep the longest held prefix reachable, process the rest;
+   with a prefix kept, the state at n_system (the end of the tools and system messages; 0: none) is
+   its new prefix. */
+static k3_err sync_prompt(k3_chat *c, const int32_t *p, uint32_t n, uint32_t n_system, uint32_t *cached,
+                          k3_diag *d)
 {
     uint32_t pos = k3_model_pos(c->m), lcp = 0;
     while (lcp < pos && lcp < n && c->held[lcp] == p[lcp]) lcp++;
@@ -150,13 +180,18 @@ static k3_err sync_prompt(k3_chat *c, const int32_t *p, uint32_t n, uint32_t *ca
     if (lcp == n && pos > n) lcp = n - 1;
     k3_err e;
     if (lcp < pos) {
-        int best = -1;
+        const k3_model_snap *best = NULL;
         for (uint32_t i = 0; i < c->n_snaps; i++)
             if ((k3_model_snap_pos(c->snap[i]) <= lcp || (whole && k3_model_snap_pos(c->snap[i]) == n)) &&
-                (best < 0 || k3_model_snap_pos(c->snap[i]) > k3_model_snap_pos(c->snap[best])))
-                best = (int)i;
-        if (best >= 0) {
-            if ((e = k3_model_snap_restore(c->m, c->snap[best], d))) return e;
+                (!best || k3_model_snap_pos(c->snap[i]) > k3_model_snap_pos(best)))
+                best = c->snap[i];
+        if (c->prefix && c->prefix_ok && k3_model_snap_pos(c->prefix) <= lcp &&    /* only this thread sets it */
+            (!best || k3_model_snap_pos(c->prefix) > k3_model_snap_pos(best)))
+            best = c->prefix;
+        /* below the prefix, the cache rows under it are about to be written again */
+        if (c->prefix_ok && (!best || k3_model_snap_pos(best) < k3_model_snap_pos(c->prefix))) drop_prefix(c);
+        if (best) {
+            if ((e = k3_model_snap_restore(c->m, best, d))) return e;
         } else {
             k3_model_reset(c->m);
         }
@@ -175,8 +210,60 @@ static k3_err sync_prompt(k3_chat *c, const int32_t *p, uint32_t n, uint32_t *ca
         for (uint32_t i = 0; i < pos; i++) k3_sampler_accept(&c->s, c->held[i]);
     }
     *cached = pos;
+    if (c->prefix && n_system > pos && n_system < n) {     /* a new shared part: its state kept */
+        drop_prefix(c);
+        if ((e = feed(c, p + pos, n_system - pos, d))) return e;
+        k3_model_snap_take(c->m, c->prefix);
+        pthread_mutex_lock(&c->mu);
+        c->prefix_ok = 1;
+        pthread_mutex_unlock(&c->mu);
+        pos = n_system;
+    }
     if ((e = feed(c, p + pos, n - pos, d))) return e;
-    for (uint32_t i = pos; i < n; i++) k3_sampler_accept(&c->s, p[i]);
+    for (uint32_t i = *cached; i < n; i++) k3_sampler_accept(&c->s, p[i]);
+    return K3_OK;
+}
+
+uint32_t k3_chat_prefix_for(k3_chat *src, const int32_t *p, uint32_t n)
+{
+    uint32_t got = 0;
+    if (!src->prefix) return 0;
+    pthread_mutex_lock(&src->mu);
+    uint32_t at = k3_model_snap_pos(src->prefix);
+    if (src->prefix_ok && at <= n && !memcmp(src->held, p, (size_t)at * sizeof *p)) got = at;
+    pthread_mutex_unlock(&src->mu);
+    return got;
+}
+
+k3_err k3_chat_take_prefix(k3_chat *dst, k3_chat *src, const int32_t *p, uint32_t n, uint32_t *taken, k3_diag *d)
+{
+    *taken = 0;
+    if (src == dst || !src->prefix || !dst->prefix) return K3_OK;
+    drop_prefix(dst);                                 /* dst's is overwritten below: nobody reads it */
+    k3_err e = K3_OK;
+    pthread_mutex_lock(&src->mu);                     /* src's prefix and the cache rows below it stay */
+    uint32_t at = k3_model_snap_pos(src->prefix);
+    if (src->prefix_ok && at <= n && !memcmp(src->held, p, (size_t)at * sizeof *p)) {
+        e = k3_model_seq_copy_at(dst->m, src->m, src->prefix, d);
+        if (!e) {
+            memcpy(dst->held, src->held, (size_t)at * sizeof *p);
+            k3_model_snap_copy(dst->prefix, src->prefix);
+            *taken = at;
+        }
+    }
+    pthread_mutex_unlock(&src->mu);
+    if (e) {
+        k3_chat_reset(dst);
+        return e;
+    }
+    if (*taken) {
+        k3_sampler_forget(&dst->s);
+        for (uint32_t i = 0; i < at; i++) k3_sampler_accept(&dst->s, dst->held[i]);
+        dst->n_snaps = 0;
+        pthread_mutex_lock(&dst->mu);
+        dst->prefix_ok = 1;
+        pthread_mutex_unlock(&dst->mu);
+    }
     return K3_OK;
 }
 
@@ -295,7 +382,7 @@ k3_err k3_chat_turn(k3_chat *c, const char *request, size_t len, const k3_chat_o
                        "positions with room for an answer (--context)", pr.n_ids, ctx);
     }
     st->prompt_tokens = (uint32_t)pr.n_ids;
-    if ((e = sync_prompt(c, pr.ids, (uint32_t)pr.n_ids, &st->cached_tokens, d))) goto out;
+    if ((e = sync_prompt(c, pr.ids, (uint32_t)pr.n_ids, (uint32_t)pr.n_system, &st->cached_tokens, d))) goto out;
     take_snapshot(c);
     if (o->on_prompt) o->on_prompt(o->on_prompt_ctx, c);
     st->t_prompt = k3_now() - t0;
@@ -411,7 +498,7 @@ k3_err k3_chat_complete(k3_chat *c, const int32_t *ids, uint32_t n, int64_t eos,
         return k3_fail(d, K3_ERR_USAGE, "the prompt is %u tokens: it does not fit the context of %u positions with "
                        "room for an answer (--context)", n, ctx);
     st->prompt_tokens = n;
-    k3_err e = sync_prompt(c, ids, n, &st->cached_tokens, d);
+    k3_err e = sync_prompt(c, ids, n, 0, &st->cached_tokens, d);
     if (e) return e;
     take_snapshot(c);
     if (o->on_prompt) o->on_prompt(o->on_prompt_ctx, c);

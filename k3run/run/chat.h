@@ -103,4 +103,19 @@ k3_err k3_chat_fork(k3_chat *dst, const k3_chat *src, k3_diag *d);
 /* After a session was loaded into the model: hold these ids (the first k3_model_pos of them). */
 k3_err k3_chat_adopt(k3_chat *c, const int32_t *ids, uint32_t n, k3_diag *d);
 
+/*
+ * The shared prefix (k3run serve, k3run batch). A chat that keeps one (one more snapshot) takes a
+ * snapshot where a turn's tools and system messages end (k3_chat_prompt.n_system), and goes back
+ * to it when a later conversation begins with the same ones. Another chat over another sequence of
+ * the same model can take it (many conversations with one system prompt process it once):
+ * k3_chat_prefix_for says how many of prompt p[0..n)'s ids src's prefix covers (0: none);
+ * k3_chat_take_prefix makes dst hold them, state and ids (*taken of them; 0: src no longer had
+ * it), from any thread while src's own thread goes on (its prefix and the cache rows below it are
+ * kept under a lock until its model goes below them). dst in no model call; on failure dst holds
+ * nothing. The state taken is the one src computed, so dst's next bits are those it would compute.
+ */
+k3_err k3_chat_keep_prefix(k3_chat *c, k3_diag *d);
+uint32_t k3_chat_prefix_for(k3_chat *src, const int32_t *p, uint32_t n);
+k3_err k3_chat_take_prefix(k3_chat *dst, k3_chat *src, const int32_t *p, uint32_t n, uint32_t *taken, k3_diag *d);
+
 #endif

@@ -147,6 +147,7 @@ typedef struct srv {
     k3_tok *tok;
     k3_loaded ld;
     uint32_t n_slots;              /* --parallel */
+    uint32_t snapshots;            /* --snapshots: each slot's chat keeps them (and a shared prefix when > 0) */
     srv_slot *slots;               /* [n_slots] */
     k3_batcher *bat;               /* n_slots > 1: the passes they share */
     k3_weights_stats w_base;       /* the weights' counters once loaded (/metrics with several slots) */
@@ -210,7 +211,9 @@ enum {
     "repeat_penalty when a request gives none"}, \
     {SRV_OPT_SEED, 's', "seed", "S", "0", NULL, "seed when a request gives none: same request, same answer"}, \
     {SRV_OPT_SNAPSHOTS, 0, "snapshots", "N", "2", NULL, \
-    "state snapshots kept, to serve a conversation that went back from the prompt cache"}, \
+    "state snapshots each slot keeps, to serve a conversation that went back from the prompt cache; with N > 0 " \
+    "one more holds the state after the last prompt's tools and system messages, which later conversations " \
+    "(in any slot) that begin with them take instead of processing them again (0: none at all)"}, \
     {SRV_OPT_DRAFT, 0, "draft", "N", K3_DRAFT_DEFAULT_STR, NULL, \
     "speculative decoding: verify up to N tokens drafted from the conversation per pass (0: off); same answers"}, \
     {SRV_OPT_NO_VERIFY_READS, 0, "no-verify-reads", NULL, NULL, NULL, "do not check each tensor's XXH3-64 as it is read"}, \

@@ -48,6 +48,8 @@ int srv_configure_gen(srv *s, const k3_args *a)
         (rc = k3_cli_budget(a, SRV_OPT_BUDGET, SRV_OPT_PRESET, &s->lo.budget)))
         return rc;
     s->lo.n_seq = s->n_slots;
+    s->snapshots = s->lo.snapshots;              /* each slot's, and one for its shared prefix (counted) */
+    if (s->snapshots) s->lo.snapshots = s->snapshots + 1;
     s->so.top_k = topk;
     if (k3_opt_u64(a, SRV_OPT_SEED, 0, 0, &s->so.seed, &d)) return k3_usage_error("%s", d.msg);
     if (k3_sampler_check(&s->so, &d)) return k3_usage_error("%s", d.msg);
@@ -91,7 +93,8 @@ int srv_load(srv *s)
         sl->s = s;
         sl->idx = i;
         sl->h = k3_model_seq(s->ld.m, i);
-        if ((e = k3_chat_new(sl->h, s->tok, &s->so, s->lo.snapshots, &sl->chat, &d))) return srv_fail(e, &d);
+        if ((e = k3_chat_new(sl->h, s->tok, &s->so, s->snapshots, &sl->chat, &d))) return srv_fail(e, &d);
+        if (s->snapshots && (e = k3_chat_keep_prefix(sl->chat, &d))) return srv_fail(e, &d);
         k3_chat_set_draft(sl->chat, s->ld.plan.verify_tokens ? s->ld.plan.verify_tokens - 1 : 0,
                           k3_dec_rho(&s->ld.plan, s->ld.geo));
     }
@@ -161,6 +164,28 @@ static int mine(srv *s, srv_slot *sl)
     return best == (int)sl->idx;
 }
 
+/* Before sl runs chat job j (its thread; mu not held, sl not yet in the passes): where another slot's
+   shared prefix (the tools and system messages its last conversation began with) covers more of
+   j's prompt than sl holds, sl takes that state instead of processing those tokens again. */
+static void take_prefix(srv *s, srv_slot *sl, const srv_job *j)
+{
+    if (s->n_slots < 2 || !s->snapshots || j->kind != SRV_CHAT || !j->route) return;
+    uint32_t nh = 0;
+    const int32_t *h = k3_chat_held(sl->chat, &nh);
+    uint32_t have = common_prefix(h, nh, j->route, j->n_route), best = 0;
+    srv_slot *from = NULL;
+    for (uint32_t i = 0; i < s->n_slots; i++) {
+        uint32_t at = &s->slots[i] == sl ? 0 : k3_chat_prefix_for(s->slots[i].chat, j->route, j->n_route);
+        if (at > have && at > best) { best = at; from = &s->slots[i]; }
+    }
+    uint32_t taken = 0;
+    k3_diag d;
+    if (from && k3_chat_take_prefix(sl->chat, from->chat, j->route, j->n_route, &taken, &d))
+        k3_warn("slot %u: the shared prefix of slot %u not taken: %s", sl->idx, from->idx, d.msg);
+    if (taken) k3_debug("slot %u: took %u tokens of tools and system messages from slot %u", sl->idx, taken,
+                        from->idx);
+}
+
 /* Slot sl works on j (mu held, and held again on return): the whole job (choice < 0), or one
    choice of another slot's job (n > 1) once that slot has forked its state here. */
 static void work(srv *s, srv_slot *sl, srv_job *j, int choice)
@@ -170,6 +195,7 @@ static void work(srv *s, srv_slot *sl, srv_job *j, int choice)
     s->running++;
     pthread_mutex_unlock(&s->mu);
     double t0 = k3_now();
+    if (choice < 0) take_prefix(s, sl, j);
     if (s->bat) k3_batcher_attach(s->bat, sl->h);
     if (choice < 0) srv_api_run(s, sl, j);
     else srv_api_help(s, sl, j, choice);

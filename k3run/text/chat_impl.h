@@ -35,6 +35,9 @@ typedef struct chat_ctx {
     k3cj_buf text;           /* the strings' bytes */
     int oom;                 /* an append failed */
     int tools_declared;      /* a tool declaration was rendered (top level or dynamic) */
+    size_t sys_segs;         /* segs [0, sys_segs): the tools and system messages before the first other
+                                message (k3_chat_prompt.n_system), once sys_marked */
+    int sys_marked;
     k3_diag *d;
 } chat_ctx;
 

@@ -343,6 +343,10 @@ static k3_err messages(chat_ctx *c, const chat_opts *o, uint32_t msgs)
             break;
         }
         uint32_t role = k3cj_get(d, msg, "role");
+        if (!c->sys_marked && !(chat_is(c, role, K3CJ_STR) && k3cj_streq(d, role, "system"))) {
+            c->sys_segs = c->n_segs;             /* the part conversations share ends here */
+            c->sys_marked = 1;
+        }
         if (chat_is(c, role, K3CJ_STR) && k3cj_streq(d, role, "user")) {
             if (!(e = open_message(c, i, msg, "user")) && !(e = content(c, i, msg))) e = close_message(c);
         } else if (chat_is(c, role, K3CJ_STR) && k3cj_streq(d, role, "system")) {

@@ -32,6 +32,8 @@ typedef struct k3_chat_prompt {
     int thinking;            /* effective: 1 if thinking on (generation prompt opens think), 0 off */
     int add_generation_prompt;
     int tools_declared;      /* the prompt declares tools (the answer's parser keeps their calls) */
+    size_t n_system;         /* ids [0, n_system): the tools and system messages before the first other
+                                message, the part many conversations share (0: none) */
 } k3_chat_prompt;
 
 /*

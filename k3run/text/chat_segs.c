@@ -263,6 +263,7 @@ k3_err chat_encode(chat_ctx *c, k3_chat_prompt *p)
     k3_err e = K3_OK;
     for (size_t i = 0; i < c->n_segs && !e; i++) {
         const chat_seg *s = &c->segs[i];
+        if (c->sys_marked && i == c->sys_segs) p->n_system = p->n_ids;
         if (s->special < 0) {
             e = out_segment(c, &o, c->text.p + s->off, s->len, s->control);
             continue;

@@ -535,7 +535,8 @@ rm -rf "$T/tiny"
 #    pass recomputed here: the streamed trunk once, the experts of S x 16 picks that the cache lacks
 #    (uniform routing), S embedding rows; the aggregate grows with S at 8 GiB; a budget that does
 #    not hold the S states is refused (exit 2), naming --parallel and the minimum. Snapshots are
-#    each conversation's (serve: --snapshots for each slot, default 2): counted S times.
+#    each conversation's (serve: --snapshots for each slot, default 2, and one for the shared prefix):
+#    counted S times.
 run --plan --preset laptop --parallel 4 --snapshots 0 --json "$cfg"
 expect_rc 0 "--parallel 4 at 8 GiB"
 "$PYTHON" -c '
@@ -557,20 +558,20 @@ agg = [rows[S]["tokens_per_second_by_disk_gbs"]["7"] for S in (1, 2, 4, 8)]
 assert agg == sorted(agg) and agg[2] > 2 * agg[0], agg
 ' "$T/out" || fail "--parallel 4 at 8 GiB: the conversations table"
 cp "$T/out" "$T/snap0"
-run --plan --preset laptop --parallel 4 --json "$cfg"
-expect_rc 0 "--parallel 4 at 8 GiB, serve's 2 snapshots each"
+run --plan --preset laptop --parallel 2 --json "$cfg"
+expect_rc 0 "--parallel 2 at 8 GiB, serve's 2 snapshots each and its prefix"
 "$PYTHON" -c '
 import json, sys
 d0, d2 = (json.load(open(f)) for f in sys.argv[1:3])
 r0 = {r["slots"]: r for r in d0["conversations"]["rows"]}
 r2 = {r["slots"]: r for r in d2["conversations"]["rows"]}
-for S in (1, 2, 4):
-    assert r2[S]["fits"] and r2[S]["snapshots"] == 2 * S, (S, r2[S])
+for S in (1, 2):                                     # the 2 of serve, and one for the shared prefix
+    assert r2[S]["fits"] and r2[S]["snapshots"] == 3 * S, (S, r2[S])
     extra = r2[S]["states_bytes"] - r0[S]["states_bytes"]
-    assert extra >= 2 * S * (440 << 20), (S, extra)    # each snapshot: at least the 443 MiB KDA state
-assert not r2[8]["fits"] and r0[8]["fits"], "8 conversations with 2 snapshots each at 8 GiB"
+    assert extra >= 3 * S * (440 << 20), (S, extra)    # each snapshot: at least the 443 MiB KDA state
+assert not r2[8]["fits"] and r0[8]["fits"], "8 conversations with 3 snapshots each at 8 GiB"
 ' "$T/snap0" "$T/out" || fail "--parallel: snapshots counted for each conversation"
-run --plan --preset laptop --parallel 4 "$cfg"
+run --plan --preset laptop --parallel 2 "$cfg"
 grep -q "Conversations sharing each pass" "$T/out" || fail "--parallel: the text table"
 run --plan --budget 2G --parallel 4 "$cfg"
 expect_rc 2 "--parallel 4 at 2 GiB"

@@ -252,6 +252,87 @@ class TestParallel(unittest.TestCase):
         finally:
             self.assertEqual(srv.stop(), 0)
 
+    def test_shared_prefix(self):
+        """Conversations that begin with the same system message: a later one, in the same slot or in
+        another (taken from a busy slot while it generates), starts from the state where the system
+        message ends; cached_tokens says so, and every answer is its answer alone."""
+        system = ("You are a scribe of the King James Bible. You answer in its words, with book, chapter and "
+                  "verse, and you never invent a verse. ") * 3
+        def conv(q, n):
+            return {"messages": [{"role": "system", "content": system}, {"role": "user", "content": q}],
+                    "max_tokens": n, "temperature": 0.8, "top_p": 0.95, "seed": 5}
+        a, b, c = conv("Who was Moses?", 160), conv("Tell me of Noah.", 24), conv("Recite Genesis 1:1.", 24)
+        n_sys = system_end(self.kjv, b)
+        self.assertGreater(n_sys, 40)
+        alone = {}
+        for name, body in (("a", a), ("b", b), ("c", c)):           # each the first of a fresh server
+            one = Server(self.kjv, ["--parallel", "1", "-t", "1"])
+            try:
+                doc = post(one, "/v1/chat/completions", body)
+                self.assertEqual(doc["usage"]["prompt_tokens_details"]["cached_tokens"], 0)
+                alone[name] = answer(doc)
+            finally:
+                self.assertEqual(one.stop(), 0)
+        # one slot: b after a processes only what follows the system message (before: all of it)
+        one = Server(self.kjv, ["--parallel", "1", "-t", "1"])
+        try:
+            self.assertEqual(answer(post(one, "/v1/chat/completions", a)), alone["a"])
+            doc = post(one, "/v1/chat/completions", b)
+            self.assertEqual(doc["usage"]["prompt_tokens_details"]["cached_tokens"], n_sys, doc["usage"])
+            self.assertEqual(answer(doc), alone["b"])
+        finally:
+            self.assertEqual(one.stop(), 0)
+        # two slots: b arrives while a streams in the other slot, and takes a's prefix from it
+        two = Server(self.kjv, ["--parallel", "2", "-t", "1", "--draft", "0"])
+        try:
+            cn = http.client.HTTPConnection(two.host, two.port, timeout=300)
+            cn.request("POST", "/v1/chat/completions", json.dumps(dict(a, stream=True)),
+                       {"Content-Type": "application/json"})
+            r = cn.getresponse()
+            self.assertEqual(r.status, 200)
+            first = b""                              # to a's first token: its prompt is processed
+            while True:
+                line = r.readline()
+                self.assertTrue(line, first)
+                first += line
+                if line.startswith(b"data: {") and any(json.loads(line[6:])["choices"][0]["delta"].get(k)
+                                                       for k in ("content", "reasoning_content")):
+                    break
+            doc = post(two, "/v1/chat/completions", b)
+            rest = first + r.read()
+            cn.close()
+            self.assertEqual(doc["usage"]["prompt_tokens_details"]["cached_tokens"], n_sys, doc["usage"])
+            self.assertEqual(answer(doc), alone["b"])
+            text = "".join((json.loads(l[6:])["choices"][0]["delta"].get("content") or "")
+                           for l in rest.decode().splitlines() if l.startswith("data: {"))
+            self.assertEqual(text, alone["a"]["message"]["content"])
+            # and a third, with both slots idle: from its own slot's cache or the other's, the same
+            doc = post(two, "/v1/chat/completions", c)
+            self.assertGreaterEqual(doc["usage"]["prompt_tokens_details"]["cached_tokens"], n_sys, doc["usage"])
+            self.assertEqual(answer(doc), alone["c"])
+        finally:
+            self.assertEqual(two.stop(), 0, two.stderr())
+
+
+def system_end(pack, body):
+    """Where the system message ends in body's rendered prompt: the id offset of the <|open|> that opens
+    the first message of another role, read from `k3run --render-chat --json`'s pieces."""
+    p = subprocess.run([os.path.join(BIN, "k3run"), "--render-chat", "-", "-m", pack, "--json"],
+                       input=json.dumps(body).encode(), stdout=subprocess.PIPE, check=True, timeout=60)
+    pieces, at = json.loads(p.stdout)["pieces"], 0
+    for i, pc in enumerate(pieces):
+        if pc.get("special") == "<|open|>":
+            head = ""
+            for q in pieces[i + 1:]:
+                if "special" in q:
+                    break
+                head += q["text"]
+            m = re.match(r'message role="([a-z]+)"', head)
+            if m and m.group(1) != "system":
+                return at
+        at += 1 if "special" in pc else len(pc["ids"])
+    raise AssertionError("no message after the system message")
+
 
 if __name__ == "__main__":
     unittest.main()
