@@ -8,8 +8,10 @@ Phase A: copy_probe.py's --widen curriculum from random initialisation (strings 
 times in windows of 128, the alphabet doubled each time the repeats are 1.5 nats below first
 copies) until all tokens are copied; phase B: the tool recipe's windows (3 x 1024, conversations
 whole) beside 8 copy windows of 128, cosine 3e-3 -> 3e-4 over $PB steps (default 330: the
-session's 25 minutes; the 2-hour budget allows about 1,400), fake MXFP4 in the last fifth. The
-shipped model's tokenizer. Saves WORK/state.pt every 20 steps (a rerun resumes); EXPORT=1 writes
+session's 25 minutes; the 2-hour budget allows about 1,400), fake MXFP4 in the last fifth; phase C
+(env PC steps, 0: none): two windows of only tool conversations from $TOOLDATA (kjv_data.py --chats
+0 --tool-chats N, another seed) and one of phase B's beside the copy windows, cosine 1e-3 -> 1e-4,
+fake MXFP4 in its last fifth (then not in B's). The shipped model's tokenizer. Saves WORK/state.pt every 20 steps (a rerun resumes); EXPORT=1 writes
 WORK/out from the saved state and stops; at the end WORK/out is the checkpoint."""
 import os, sys, time, math
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -20,6 +22,8 @@ import copy_probe, export, k3torch, train, kimi_tokenizer as kt
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA, WORK = sys.argv[1], sys.argv[2]
 PB = int(os.environ.get("PB", 330))
+PC = int(os.environ.get("PC", 0))                   # phase C's steps (0: none)
+TOOLDATA = os.environ.get("TOOLDATA")               # its tool conversations (kjv_data.py --chats 0 --tool-chats N)
 SHIPPED = os.path.join(HERE, "..", "models", "k3-kjv")
 torch.set_num_threads(2); torch.manual_seed(1)
 tok = kt.Tokenizer.from_dir(SHIPPED)
@@ -36,24 +40,39 @@ if os.environ.get("EXPORT"):
     m.fake_mxfp4(False); print(export.export(m, SHIPPED, WORK + "/out")); sys.exit(0)
 docs, n_ch = train.documents(DATA, tok, WORK + "/docs.npz")
 real = train.Batches(docs, n_ch, 1, 3, 1024, "whole")
+tool = None
+if PC:                                              # the chapters, then only tool conversations
+    tdocs, _ = train.documents(TOOLDATA, tok, WORK + "/tooldocs.npz")
+    tool = train.Batches(docs[:n_ch] + tdocs[n_ch:], n_ch, 2, 2, 1024, "whole")
 t0 = time.time()
 while True:
     step = st["step"] + 1
     A = st["b0"] is None
-    if not A and step - st["b0"] > PB: break
+    if not A and step - st["b0"] > PB and st.get("c0") is None:
+        if not PC: break
+        st["c0"] = step
+        print("step %d: phase C (%d steps)" % (step, PC), flush=True)
+    C = st.get("c0") is not None
+    if C and step - st["c0"] >= PC: break
     sy, first = copy_probe.copy_windows(step, 16 if A else 8, 128, 8, 3, ALPHA[:st["k"]])
     if A:
         lr = 3e-3 * min(1.0, step / 20)
+    elif C:
+        p = (step - st["c0"]) / PC
+        lr = 1e-4 + 0.9e-3 * 0.5 * (1 + math.cos(math.pi * p))
+        m.fake_mxfp4(p > 0.8)
     else:
         p = (step - st["b0"]) / PB
         lr = 3e-4 + 2.7e-3 * 0.5 * (1 + math.cos(math.pi * p))
-        m.fake_mxfp4(p > 0.8)
+        m.fake_mxfp4(p > 0.8 and not PC)
     for g in opt.param_groups: g["lr"] = lr
     ls = F.cross_entropy(m(sy[:, :-1]).reshape(-1, 4096), sy[:, 1:].reshape(-1), reduction="none").view(sy.shape[0], 128)
     if A:
         lreal = torch.zeros(()); loss = ls.mean()
     else:
         rw = real.get(step - st["b0"] - 1)
+        if C:                                       # 2 windows of tool conversations, 1 of the old mix
+            rw = torch.cat([tool.get(step - st["c0"]), rw[:1]])
         lreal = F.cross_entropy(m(rw[:, :-1]).reshape(-1, 4096), rw[:, 1:].reshape(-1))
         loss = (ls.sum() + lreal * rw[:, 1:].numel()) / (ls.numel() + rw[:, 1:].numel())
     opt.zero_grad(set_to_none=True); loss.backward()
@@ -62,7 +81,7 @@ while True:
     st["avg"] = 0.8 * st["avg"] + 0.2 * (lf - lr_)
     st["step"] = step
     if step % 10 == 0 or step == 1:
-        print("step %d %s alphabet %d first %.3f repeat %.3f real %.3f (%.0f s)" % (step, "A" if A else "B", st["k"], lf, lr_, lreal.item(), time.time() - t0), flush=True)
+        print("step %d %s alphabet %d first %.3f repeat %.3f real %.3f (%.0f s)" % (step, "A" if A else "C" if C else "B", st["k"], lf, lr_, lreal.item(), time.time() - t0), flush=True)
     if A and st["avg"] > 1.5:
         if st["k"] < len(ALPHA):
             st["k"] = min(len(ALPHA), 2 * st["k"]); st["avg"] = 0.0
