@@ -7,12 +7,10 @@
 #include "chat_cli.h"
 
 #include <errno.h>
-#include <omp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <jansson.h>
 
@@ -148,7 +146,6 @@ int k3_chat_main(int argc, char **argv)
 
 static int k3_chat_configure(chat_app *app, const k3_args *a)
 {
-    k3_diag d;
     int rc;
     if (a->n_pos) return k3_usage_error("unexpected argument '%s' (the pack is given with -m)", a->pos[0]);
     app->pack = k3_opt_str(a, OPT_MODEL);
@@ -174,43 +171,16 @@ static int k3_chat_configure(chat_app *app, const k3_args *a)
             return k3_usage_error("--effort: '%s' (low, high, max or none; K3 refuses medium)", e);
         snprintf(app->effort, sizeof app->effort, "%s", e);
     }
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    uint32_t threads, topk, draft;
-    k3_sampler_opts gd;                              /* the defaults: the pack's, else Moonshot's */
-    const char *gd_from;
-    if ((rc = k3_cli_gen_defaults(app->pack, &gd, &gd_from))) return rc;
-    if ((rc = k3_cli_u32(a, OPT_N, 1024, 1, 1u << 30, "n-predict", &app->co.n_predict)) ||
-        (rc = k3_cli_u32(a, OPT_THINK_BUDGET, 0, 0, 1u << 30, "think-budget", &app->co.think_budget)) ||
-        (rc = k3_cli_u32(a, OPT_THREADS, ncpu > 0 ? (uint64_t)ncpu : 1, 1, 1024, "threads", &threads)) ||
-        (rc = k3_cli_u32(a, OPT_CONTEXT, 4096, 16, 1u << 24, "context", &app->lo.context)) ||
-        (rc = k3_cli_batch(a, OPT_BATCH, &app->lo.batch)) ||
-        (rc = k3_cli_u32(a, OPT_SNAPSHOTS, 2, 0, 64, "snapshots", &app->lo.snapshots)) ||
-        (rc = k3_cli_u32(a, OPT_DRAFT, K3_DRAFT_DEFAULT, 0, K3_DRAFT_MAX, "draft", &draft)) ||
-        (rc = k3_cli_u32(a, OPT_TOPK, gd.top_k, 0, UINT32_MAX, "top-k", &topk)) ||
-        (rc = k3_cli_float(a, OPT_TEMP, gd.temp, "temp", &app->so.temp)) ||
-        (rc = k3_cli_float(a, OPT_TOPP, gd.top_p, "top-p", &app->so.top_p)) ||
-        (rc = k3_cli_float(a, OPT_MINP, gd.min_p, "min-p", &app->so.min_p)) ||
-        (rc = k3_cli_float(a, OPT_REPEAT, gd.repeat_penalty, "repeat-penalty", &app->so.repeat_penalty)) ||
-        (rc = k3_cli_budget(a, OPT_BUDGET, OPT_PRESET, &app->lo.budget)))
-        return rc;
-    app->so.top_k = topk;
-    if (k3_opt_u64(a, OPT_SEED, 0, 0, &app->so.seed, &d)) return k3_usage_error("%s", d.msg);
-    if (k3_sampler_check(&app->so, &d)) return k3_usage_error("%s", d.msg);
+    static const k3_cli_gen_ids ids = {OPT_N, OPT_THINK_BUDGET, OPT_THREADS, OPT_CONTEXT, OPT_BATCH, OPT_SNAPSHOTS,
+                                       OPT_DRAFT, OPT_TOPK, OPT_TEMP, OPT_TOPP, OPT_MINP, OPT_REPEAT, OPT_SEED,
+                                       OPT_BUDGET, OPT_PRESET, OPT_VERIFY, OPT_NO_VERIFY_READS};
+    k3_cli_gen g = {.so = &app->so};
+    if ((rc = k3_cli_gen_parse(a, &ids, app->pack, "chat", &g, &app->lo))) return rc;
+    app->co.n_predict = g.n_predict;
+    app->co.think_budget = g.think_budget;
     app->co.stops = app->stops;
     app->co.n_stops = app->n_stops;
-    app->threads = threads;
-    omp_set_num_threads((int)threads);
-    if (k3_isa_choose(getenv("K3_ISA"), &app->lo.isa, &d)) return k3_usage_error("K3_ISA: %s", d.msg);
-    app->lo.pack = app->pack;
-    app->lo.verify = k3_opt_count(a, OPT_VERIFY) > 0;
-    app->lo.verify_reads = !k3_opt_count(a, OPT_NO_VERIFY_READS);
+    app->threads = g.threads;
     app->lo.report = app->stats;
-    app->lo.spec_tokens = draft ? draft + 1 : 0;
-    app->lo.generate_tokens = app->co.n_predict;     /* -b auto prices an answer of -n tokens */
-    if (k3_cli_check_pack(app->pack, &d)) { k3_error("%s", d.msg); return K3_EXIT_IO; }
-    char tik[4200];
-    if (!k3_cli_has_tokenizer(app->pack, tik, sizeof tik))
-        return k3_usage_error("the pack has no tokenizer ('%s' does not exist): chat needs one; copy the "
-                              "checkpoint's tiktoken.model and tokenizer_config.json into the pack", tik);
     return 0;
 }

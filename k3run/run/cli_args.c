@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -12,6 +13,7 @@
 
 #include <jansson.h>
 
+#include "decode.h"
 #include "dist.h"
 #include "engine.h"
 #include "k3_file.h"
@@ -20,6 +22,7 @@
 #include "k3_manifest.h"
 #include "k3_version.h"
 #include "kern.h"
+#include "load.h"
 #include "sampler.h"
 
 int k3_cli_u32(const k3_args *a, int id, uint64_t def, uint64_t lo, uint64_t hi, const char *name, uint32_t *out)
@@ -210,4 +213,46 @@ void k3_cli_version(const char *extra)
     printf("MPI: %s\n", k3_dist_built() ? "yes (mpirun -n R k3run ...: experts spread over the ranks)"
                                          : "no (this build refuses to run under mpirun)");
     if (extra) printf("%s\n", extra);
+}
+
+int k3_cli_gen_parse(const k3_args *a, const k3_cli_gen_ids *ids, const char *pack, const char *needs, k3_cli_gen *g,
+                     k3_load_opts *lo)
+{
+    k3_diag d;
+    int rc;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    uint32_t topk, draft;
+    k3_sampler_opts gd;                              /* the defaults: the pack's, else Moonshot's */
+    k3_sampler_opts *so = g->so;
+    if ((rc = k3_cli_gen_defaults(pack, &gd, &g->so_from))) return rc;
+    if ((rc = k3_cli_u32(a, ids->n, 1024, 1, 1u << 30, "n-predict", &g->n_predict)) ||
+        (rc = k3_cli_u32(a, ids->think_budget, 0, 0, 1u << 30, "think-budget", &g->think_budget)) ||
+        (rc = k3_cli_u32(a, ids->threads, ncpu > 0 ? (uint64_t)ncpu : 1, 1, 1024, "threads", &g->threads)) ||
+        (rc = k3_cli_u32(a, ids->context, 4096, 16, 1u << 24, "context", &lo->context)) ||
+        (rc = k3_cli_batch(a, ids->batch, &lo->batch)) ||
+        (rc = k3_cli_u32(a, ids->snapshots, 2, 0, 64, "snapshots", &lo->snapshots)) ||
+        (rc = k3_cli_u32(a, ids->draft, K3_DRAFT_DEFAULT, 0, K3_DRAFT_MAX, "draft", &draft)) ||
+        (rc = k3_cli_u32(a, ids->topk, gd.top_k, 0, UINT32_MAX, "top-k", &topk)) ||
+        (rc = k3_cli_float(a, ids->temp, gd.temp, "temp", &so->temp)) ||
+        (rc = k3_cli_float(a, ids->topp, gd.top_p, "top-p", &so->top_p)) ||
+        (rc = k3_cli_float(a, ids->minp, gd.min_p, "min-p", &so->min_p)) ||
+        (rc = k3_cli_float(a, ids->repeat, gd.repeat_penalty, "repeat-penalty", &so->repeat_penalty)) ||
+        (rc = k3_cli_budget(a, ids->budget, ids->preset, &lo->budget)))
+        return rc;
+    so->top_k = topk;
+    if (k3_opt_u64(a, ids->seed, 0, 0, &so->seed, &d)) return k3_usage_error("%s", d.msg);
+    if (k3_sampler_check(so, &d)) return k3_usage_error("%s", d.msg);
+    omp_set_num_threads((int)g->threads);
+    if (k3_isa_choose(getenv("K3_ISA"), &lo->isa, &d)) return k3_usage_error("K3_ISA: %s", d.msg);
+    lo->pack = pack;
+    lo->verify = k3_opt_count(a, ids->verify) > 0;
+    lo->verify_reads = !k3_opt_count(a, ids->no_verify_reads);
+    lo->spec_tokens = draft ? draft + 1 : 0;
+    lo->generate_tokens = g->n_predict;              /* -b auto prices an answer of -n tokens */
+    if (k3_cli_check_pack(pack, &d)) { k3_error("%s", d.msg); return K3_EXIT_IO; }
+    char tik[4200];
+    if (!k3_cli_has_tokenizer(pack, tik, sizeof tik))
+        return k3_usage_error("the pack has no tokenizer ('%s' does not exist): %s needs one; copy the "
+                              "checkpoint's tiktoken.model and tokenizer_config.json into the pack", tik, needs);
+    return 0;
 }

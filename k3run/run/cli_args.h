@@ -43,4 +43,27 @@ int k3_cli_gen_defaults(const char *pack, struct k3_sampler_opts *so, const char
 /* Whether the pack has a tokenizer (its tiktoken.model exists); *path: where it would be. */
 int k3_cli_has_tokenizer(const char *pack, char *path, size_t cap);
 
+/*
+ * The generation options `k3run chat` and `k3run serve` share, each front end with its own option
+ * ids (ids): -n, --think-budget, -t, -c, -b,
+ * --snapshots, --draft, the sampling defaults (--top-k, --temp, --top-p, --min-p, --repeat-penalty,
+ * --seed; unset ones from the pack's generation_config.json, k3_cli_gen_defaults), --budget /
+ * --preset, --verify, --no-verify-reads. Into g and lo (context, batch, snapshots, budget, isa from
+ * K3_ISA, pack, verify, verify_reads, spec_tokens, generate_tokens); the OpenMP threads are set; then
+ * the pack must exist and have a tokenizer ("chat needs one": needs names the front end). Returns
+ * 0 or the exit status after printing the error.
+ */
+typedef struct k3_cli_gen_ids {
+    int n, think_budget, threads, context, batch, snapshots, draft;
+    int topk, temp, topp, minp, repeat, seed, budget, preset, verify, no_verify_reads;
+} k3_cli_gen_ids;
+struct k3_load_opts;
+typedef struct k3_cli_gen {
+    uint32_t n_predict, think_budget, threads;
+    struct k3_sampler_opts *so;      /* filled (the caller's) */
+    const char *so_from;             /* where the sampling defaults came from (k3_cli_gen_defaults) */
+} k3_cli_gen;
+int k3_cli_gen_parse(const k3_args *a, const k3_cli_gen_ids *ids, const char *pack, const char *needs, k3_cli_gen *g,
+                     struct k3_load_opts *lo);
+
 #endif

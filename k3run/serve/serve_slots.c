@@ -3,9 +3,7 @@
  * chat per slot, choosing the slot of a queued job, and running the slots
  * until the shutdown (k3run serve) or until the queue is empty (k3run batch).
  */
-#include <omp.h>
 #include <pthread.h>
-#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,43 +21,23 @@ int srv_fail(k3_err e, const k3_diag *d)
 
 int srv_configure_gen(srv *s, const k3_args *a)
 {
-    k3_diag d;
     int rc;
     if (!(s->pack = k3_opt_str(a, SRV_OPT_MODEL))) return k3_usage_error("no model: give the pack with -m PACK");
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    uint32_t topk, draft;
-    k3_sampler_opts gd;                              /* the defaults: the pack's, else Moonshot's */
-    const char *gd_from;
-    if ((rc = k3_cli_gen_defaults(s->pack, &gd, &gd_from))) return rc;
-    s->so_from = gd_from;
+    static const k3_cli_gen_ids ids = {SRV_OPT_N, SRV_OPT_THINK_BUDGET, SRV_OPT_THREADS, SRV_OPT_CONTEXT,
+                                       SRV_OPT_BATCH, SRV_OPT_SNAPSHOTS, SRV_OPT_DRAFT, SRV_OPT_TOPK, SRV_OPT_TEMP,
+                                       SRV_OPT_TOPP, SRV_OPT_MINP, SRV_OPT_REPEAT, SRV_OPT_SEED, SRV_OPT_BUDGET,
+                                       SRV_OPT_PRESET, SRV_OPT_VERIFY, SRV_OPT_NO_VERIFY_READS};
+    k3_cli_gen g = {.so = &s->so};
     if ((rc = k3_cli_u32(a, SRV_OPT_PARALLEL, 1, 1, K3_SERVE_SLOTS_MAX, "parallel", &s->n_slots)) ||
-        (rc = k3_cli_u32(a, SRV_OPT_N, 1024, 1, 1u << 30, "n-predict", &s->co.n_predict)) ||
-        (rc = k3_cli_u32(a, SRV_OPT_THINK_BUDGET, 0, 0, 1u << 30, "think-budget", &s->co.think_budget)) ||
-        (rc = k3_cli_u32(a, SRV_OPT_THREADS, ncpu > 0 ? (uint64_t)ncpu : 1, 1, 1024, "threads", &s->threads)) ||
-        (rc = k3_cli_u32(a, SRV_OPT_CONTEXT, 4096, 16, 1u << 24, "context", &s->lo.context)) ||
-        (rc = k3_cli_batch(a, SRV_OPT_BATCH, &s->lo.batch)) ||
-        (rc = k3_cli_u32(a, SRV_OPT_SNAPSHOTS, 2, 0, 64, "snapshots", &s->lo.snapshots)) ||
-        (rc = k3_cli_u32(a, SRV_OPT_DRAFT, K3_DRAFT_DEFAULT, 0, K3_DRAFT_MAX, "draft", &draft)) ||
-        (rc = k3_cli_u32(a, SRV_OPT_TOPK, gd.top_k, 0, UINT32_MAX, "top-k", &topk)) ||
-        (rc = k3_cli_float(a, SRV_OPT_TEMP, gd.temp, "temp", &s->so.temp)) ||
-        (rc = k3_cli_float(a, SRV_OPT_TOPP, gd.top_p, "top-p", &s->so.top_p)) ||
-        (rc = k3_cli_float(a, SRV_OPT_MINP, gd.min_p, "min-p", &s->so.min_p)) ||
-        (rc = k3_cli_float(a, SRV_OPT_REPEAT, gd.repeat_penalty, "repeat-penalty", &s->so.repeat_penalty)) ||
-        (rc = k3_cli_budget(a, SRV_OPT_BUDGET, SRV_OPT_PRESET, &s->lo.budget)))
+        (rc = k3_cli_gen_parse(a, &ids, s->pack, "generating text", &g, &s->lo)))
         return rc;
+    s->so_from = g.so_from;
+    s->co.n_predict = g.n_predict;
+    s->co.think_budget = g.think_budget;
+    s->threads = g.threads;
     s->lo.n_seq = s->n_slots;
     s->snapshots = s->lo.snapshots;              /* each slot's, and one for its shared prefix (counted) */
     if (s->snapshots) s->lo.snapshots = s->snapshots + 1;
-    s->so.top_k = topk;
-    if (k3_opt_u64(a, SRV_OPT_SEED, 0, 0, &s->so.seed, &d)) return k3_usage_error("%s", d.msg);
-    if (k3_sampler_check(&s->so, &d)) return k3_usage_error("%s", d.msg);
-    omp_set_num_threads((int)s->threads);
-    if (k3_isa_choose(getenv("K3_ISA"), &s->lo.isa, &d)) return k3_usage_error("K3_ISA: %s", d.msg);
-    s->lo.pack = s->pack;
-    s->lo.verify = k3_opt_count(a, SRV_OPT_VERIFY) > 0;
-    s->lo.verify_reads = !k3_opt_count(a, SRV_OPT_NO_VERIFY_READS);
-    s->lo.spec_tokens = draft ? draft + 1 : 0;
-    s->lo.generate_tokens = s->co.n_predict;         /* -b auto prices an answer of -n tokens */
     s->model_name = k3_opt_str(a, SRV_OPT_NAME);
     if (!s->model_name) {                        /* the pack directory's last name */
         static char name[256];
@@ -70,11 +48,6 @@ int srv_configure_gen(srv *s, const k3_args *a)
         snprintf(name, sizeof name, "%.*s", (int)(n - b), s->pack + b);
         s->model_name = name;
     }
-    if (k3_cli_check_pack(s->pack, &d)) { k3_error("%s", d.msg); return K3_EXIT_IO; }
-    char tik[4200];
-    if (!k3_cli_has_tokenizer(s->pack, tik, sizeof tik))
-        return k3_usage_error("the pack has no tokenizer ('%s' does not exist): generating text needs one; copy "
-                              "the checkpoint's tiktoken.model and tokenizer_config.json into the pack", tik);
     return 0;
 }
 
