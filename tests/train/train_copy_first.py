@@ -23,6 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 DATA, WORK = sys.argv[1], sys.argv[2]
 PB = int(os.environ.get("PB", 330))
 PC = int(os.environ.get("PC", 0))                   # phase C's steps (0: none)
+PD = int(os.environ.get("PD", 0))                   # phase D's steps (0: none)
 TOOLDATA = os.environ.get("TOOLDATA")               # its tool conversations (kjv_data.py --chats 0 --tool-chats N)
 SHIPPED = os.path.join(HERE, "..", "models", "k3-kjv")
 torch.set_num_threads(2); torch.manual_seed(1)
@@ -44,6 +45,33 @@ tool = None
 if PC:                                              # the chapters, then only tool conversations
     tdocs, _ = train.documents(TOOLDATA, tok, WORK + "/tooldocs.npz")
     tool = train.Batches(docs[:n_ch] + tdocs[n_ch:], n_ch, 2, 2, 1024, "whole")
+sft = None
+if PD:
+    import json, xtml
+    import numpy as np
+
+    def spans(req):
+        """(ids, mask): the conversation's training ids, and 1 where the assistant writes: its call (the
+        server's prompt after the question, to the call's end) and its answer (after the tool's message),
+        none of the declaration, the question or the tool's answer."""
+        m = req["messages"]
+        def n_of(k, agp):
+            r = dict(req, messages=m[:k], options=dict(req["options"], add_generation_prompt=agp))
+            return xtml.render(r, tok)["ids"]
+        full = xtml.render(req, tok)["ids"]
+        mask = np.zeros(len(full), np.float32)
+        for k, msg in enumerate(m):
+            if msg["role"] != "assistant":
+                continue
+            a, b = n_of(k, True), n_of(k + 1, False)
+            if full[:len(a)] != a or full[:len(b)] != b:
+                return None
+            mask[len(a):len(b)] = 1
+        return np.array(full, np.int64), mask
+    with open(os.path.join(TOOLDATA, "tool-train.jsonl")) as f:
+        reqs = [json.loads(l) for l in f]
+    sft = [x for x in (spans(r) for r in reqs[:4000]) if x is not None and len(x[0]) <= 1025]
+    print("phase D: %d tool conversations with their assistant spans" % len(sft), flush=True)
 t0 = time.time()
 while True:
     step = st["step"] + 1
@@ -52,15 +80,25 @@ while True:
         if not PC: break
         st["c0"] = step
         print("step %d: phase C (%d steps)" % (step, PC), flush=True)
-    C = st.get("c0") is not None
-    if C and step - st["c0"] >= PC: break
+    C = st.get("c0") is not None and st.get("d0") is None
+    if C and step - st["c0"] >= PC:
+        if not PD: break
+        st["d0"] = step
+        C = False
+        print("step %d: phase D (%d steps)" % (step, PD), flush=True)
+    D = st.get("d0") is not None
+    if D and step - st["d0"] >= PD: break
     sy, first = copy_probe.copy_windows(step, 16 if A else 8, 128, 8, 3, ALPHA[:st["k"]])
     if A:
         lr = 3e-3 * min(1.0, step / 20)
+    elif D:
+        p = (step - st["d0"]) / PD
+        lr = 1e-4 + 0.9e-3 * 0.5 * (1 + math.cos(math.pi * p))
+        m.fake_mxfp4(p > 0.8)
     elif C:
         p = (step - st["c0"]) / PC
         lr = 1e-4 + 0.9e-3 * 0.5 * (1 + math.cos(math.pi * p))
-        m.fake_mxfp4(p > 0.8)
+        m.fake_mxfp4(p > 0.8 and not PD)
     else:
         p = (step - st["b0"]) / PB
         lr = 3e-4 + 2.7e-3 * 0.5 * (1 + math.cos(math.pi * p))
@@ -69,6 +107,16 @@ while True:
     ls = F.cross_entropy(m(sy[:, :-1]).reshape(-1, 4096), sy[:, 1:].reshape(-1), reduction="none").view(sy.shape[0], 128)
     if A:
         lreal = torch.zeros(()); loss = ls.mean()
+    elif D:                                         # 8 tool conversations, the loss on what the assistant writes
+        r = np.random.Generator(np.random.PCG64([3, step]))
+        pick = [sft[i] for i in r.choice(len(sft), 8, replace=False)]
+        L = max(len(x[0]) for x in pick)
+        ids = torch.zeros(8, L, dtype=torch.int64); msk = torch.zeros(8, L - 1)
+        for i, (x, mk) in enumerate(pick):
+            ids[i, :len(x)] = torch.from_numpy(x); msk[i, :len(x) - 1] = torch.from_numpy(mk[1:])
+        lt = F.cross_entropy(m(ids[:, :-1]).reshape(-1, 4096), ids[:, 1:].reshape(-1), reduction="none")
+        lreal = (lt * msk.reshape(-1)).sum() / msk.sum()
+        loss = 0.5 * ls.mean() + lreal
     else:
         rw = real.get(step - st["b0"] - 1)
         if C:                                       # 2 windows of tool conversations, 1 of the old mix
@@ -81,7 +129,7 @@ while True:
     st["avg"] = 0.8 * st["avg"] + 0.2 * (lf - lr_)
     st["step"] = step
     if step % 10 == 0 or step == 1:
-        print("step %d %s alphabet %d first %.3f repeat %.3f real %.3f (%.0f s)" % (step, "A" if A else "C" if C else "B", st["k"], lf, lr_, lreal.item(), time.time() - t0), flush=True)
+        print("step %d %s alphabet %d first %.3f repeat %.3f real %.3f (%.0f s)" % (step, "A" if A else "D" if D else "C" if C else "B", st["k"], lf, lr_, lreal.item(), time.time() - t0), flush=True)
     if A and st["avg"] > 1.5:
         if st["k"] < len(ALPHA):
             st["k"] = min(len(ALPHA), 2 * st["k"]); st["avg"] = 0.0
