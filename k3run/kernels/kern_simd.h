@@ -692,14 +692,36 @@ KS_FT_FN(3, 1)
 KS_FT_FN(4, 1)
 KS_FT_FN(5, 1)
 KS_FT_FN(6, 1)
+#undef KS_FT_R
+#if KS_TT > 4           /* 32 registers (AVX-512): up to 24 sums, so each x load meets 2-3 row vectors */
+KS_FT_FN(3, 3)
+KS_FT_FN(4, 3)
+KS_FT_FN(5, 2)
+KS_FT_FN(6, 2)
+#define KS_FT_R(T) ((T) <= 4 ? 3 : 2)
+#else                   /* 16: 12 sums or fewer */
+#define KS_FT_R(T) ((T) == 2 ? 3 : (T) == 3 ? 2 : 1)
+#endif
 #undef KS_FT_FN
+
+/* One row vector of T tokens (the last rows of a part). */
+static void KS_FN(ft_1)(const k3_mat *W, const float *xp, uint32_t T, float *y, size_t ldy, const uint32_t row[][2])
+{
+    switch (T) {
+    case 2: KS_FN(ft_2_1)(W, xp, y, ldy, row); break;
+    case 3: KS_FN(ft_3_1)(W, xp, y, ldy, row); break;
+    case 4: KS_FN(ft_4_1)(W, xp, y, ldy, row); break;
+    case 5: KS_FN(ft_5_1)(W, xp, y, ldy, row); break;
+    default: KS_FN(ft_6_1)(W, xp, y, ldy, row); break;
+    }
+}
 
 /* Rows [r0, r1) of a BF16 W with cols % 16 == 0, tokens [0, T), 2 <= T <= KS_FT, x packed (xp)
    as for mmul. */
 static void KS_FN(ft)(const k3_mat *W, const float *xp, uint32_t T, float *y, size_t ldy, uint32_t r0,
                       uint32_t r1)
 {
-    const int R = T == 2 ? 3 : T == 3 ? 2 : 1;                  /* row vectors per pass: 12 sums or fewer */
+    const int R = KS_FT_R(T);                                    /* row vectors per pass */
     for (uint32_t r = r0; r < r1;) {
         uint32_t n = r1 - r < (uint32_t)R * KS_NR ? r1 - r : (uint32_t)R * KS_NR;
         uint32_t row[3][2];
@@ -707,14 +729,14 @@ static void KS_FN(ft)(const k3_mat *W, const float *xp, uint32_t T, float *y, si
         switch (T * 8 + (uint32_t)Rn) {
         case 2 * 8 + 3: KS_FN(ft_2_3)(W, xp, y, ldy, row); break;
         case 3 * 8 + 2: KS_FN(ft_3_2)(W, xp, y, ldy, row); break;
-        case 4 * 8 + 1: KS_FN(ft_4_1)(W, xp, y, ldy, row); break;
-        case 5 * 8 + 1: KS_FN(ft_5_1)(W, xp, y, ldy, row); break;
-        case 6 * 8 + 1: KS_FN(ft_6_1)(W, xp, y, ldy, row); break;
+#if KS_TT > 4
+        case 3 * 8 + 3: KS_FN(ft_3_3)(W, xp, y, ldy, row); break;
+        case 4 * 8 + 3: KS_FN(ft_4_3)(W, xp, y, ldy, row); break;
+        case 5 * 8 + 2: KS_FN(ft_5_2)(W, xp, y, ldy, row); break;
+        case 6 * 8 + 2: KS_FN(ft_6_2)(W, xp, y, ldy, row); break;
+#endif
         default:                                                /* the last rows: one row vector at a time */
-            for (int k = 0; k < Rn; k++) {
-                if (T == 2) KS_FN(ft_2_1)(W, xp, y, ldy, row + k);
-                else KS_FN(ft_3_1)(W, xp, y, ldy, row + k);
-            }
+            for (int k = 0; k < Rn; k++) KS_FN(ft_1)(W, xp, T, y, ldy, row + k);
         }
         r += n;
     }
