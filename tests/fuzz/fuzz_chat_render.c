@@ -4,7 +4,8 @@
  * tokenizer (K3's added tokens at 3840.., tests/fuzz/data). A refusal must be
  * a clean K3_ERR_FORMAT / USAGE / NOMEM with a one-line message; a rendered
  * prompt must tile its ids with its pieces, control pieces one marker id each,
- * text pieces valid UTF-8 whose ids hold no special id and give their bytes back.
+ * text pieces valid UTF-8 whose ids hold no special id and give their bytes back,
+ * and the shared part (n_system) ending where a message opens.
  */
 #include "fuzz_util.h"
 
@@ -59,6 +60,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FZ_EXPECT(o == pc->len);
     }
     FZ_EXPECT(next == p.n_ids);
+    /* the part conversations share (the tools and system messages) ends where a message opens */
+    FZ_EXPECT(p.n_system == 0 || (p.n_system < p.n_ids && p.ids[p.n_system] == k3_tok_special_id(g_tok, "<|open|>")));
     k3_chat_prompt_free(&p);
     return 0;
 }
