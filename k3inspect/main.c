@@ -156,11 +156,11 @@ static int plan_cmd(const k3_args *a, const char *src)
     if (k3_opt_u64(a, OPT_PARALLEL, 0, 0, &par, &d)) return k3_usage_error("%s", d.msg);
     if (k3_opt_count(a, OPT_PARALLEL) && (par < 1 || par > 64)) return k3_usage_error("--parallel must be in 1..64");
     if (par && ranks > 1) return k3_usage_error("--parallel is planned for one process (not with --ranks)");
-    uint64_t snaps = 2;                              /* k3run serve's default, for each slot */
+    uint64_t snaps;                                  /* k3run serve's default, for each slot */
     if (k3_opt_u64(a, OPT_SNAPSHOTS, 2, 0, &snaps, &d)) return k3_usage_error("%s", d.msg);
     if (snaps > 64) return k3_usage_error("--snapshots must be in 0..64");
     if (k3_opt_count(a, OPT_SNAPSHOTS) && !par) return k3_usage_error("--snapshots is planned with --parallel");
-    if (snaps) snaps++;                              /* as serve: one more for each slot's shared prefix */
+    snaps = k3_plan_slot_snapshots((uint32_t)snaps);  /* as serve counts them */
     if (mbs) {
         char *end;
         mem_bw = strtod(mbs, &end);

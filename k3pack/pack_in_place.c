@@ -241,7 +241,6 @@ static void part_order(const pk_in_place *ip, uint32_t n, uint32_t *order)
 k3_err pk_in_place_begin(pk_writer *w, k3_diag *d)
 {
     const pk_plan *p = w->p;
-    w->copied.fd = -1;
     if (!(w->ip_left = calloc(p->n_shards + 1, sizeof *w->ip_left)))
         return k3_fail(d, K3_ERR_NOMEM, "out of memory");
     for (uint32_t s = 0; s < p->n_shards; s++) {
@@ -290,9 +289,10 @@ k3_err pk_in_place_data(pk_writer *w, pk_entry *es, const uint8_t *p, size_t n, 
     const k3_shard_entry *en = &sh->h.entries[es->ip_part];
     const uint8_t *bad = en->encoding == K3_ENC_E8M0 ? memchr(p, 0xFF, n) : NULL;   /* FORMAT.md 3 */
     if (bad)
-        return k3_fail(d, K3_ERR_FORMAT, "'%s': expert %llu of layer %lld: scale byte %llu of '%s' is 255, NaN in "
+        return k3_fail(d, K3_ERR_FORMAT, "'%s': expert %llu of layer %lld: scale byte %llu of '%.*s' is 255, NaN in "
                        "E8M0; the checkpoint is invalid", es->name, (unsigned long long)es->ip_rec,
-                       (long long)sh->layer, (unsigned long long)(es->ip_got + (uint64_t)(bad - p)), en->name);
+                       (long long)sh->layer, (unsigned long long)(es->ip_got + (uint64_t)(bad - p)),
+                       (int)en->name_len, en->name);
     k3_err e = K3_OK;
     if (es->ip == 1) {
         if (!es->ip_h) return k3_fail(d, K3_ERR_INTERNAL, "'%s': a record of layer %lld began mid-way", es->name,

@@ -235,6 +235,9 @@ k3_err k3_plan_with_snapshots(const k3_config *c, const k3_geometry *g, uint64_t
 
 /* The same for a model holding n_seq sequences (model.h "Sequences"): each one's state counted, and
    `snapshots` for each of them (each slot's chat keeps its own). */
+/* The snapshots a k3run serve slot keeps for --snapshots n: n for its prompt cache and, with any,
+   one for its shared prefix (chat.h); what k3_plan_seq counts for each sequence. */
+static inline uint32_t k3_plan_slot_snapshots(uint32_t n) { return n ? n + 1 : 0; }
 k3_err k3_plan_seq(const k3_config *c, const k3_geometry *g, uint64_t budget, uint32_t context, uint32_t batch,
                    int all_logits, uint32_t snapshots, uint32_t verify, uint32_t n_seq, k3_plan *p, k3_diag *d);
 

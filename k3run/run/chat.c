@@ -224,13 +224,18 @@ static k3_err sync_prompt(k3_chat *c, const int32_t *p, uint32_t n, uint32_t n_s
     return K3_OK;
 }
 
+/* How many of p[0..n) src's prefix covers, 0: none (src->mu held). */
+static uint32_t prefix_covers(const k3_chat *src, const int32_t *p, uint32_t n)
+{
+    uint32_t at = k3_model_snap_pos(src->prefix);
+    return src->prefix_ok && at <= n && !memcmp(src->held, p, (size_t)at * sizeof *p) ? at : 0;
+}
+
 uint32_t k3_chat_prefix_for(k3_chat *src, const int32_t *p, uint32_t n)
 {
-    uint32_t got = 0;
     if (!src->prefix) return 0;
     pthread_mutex_lock(&src->mu);
-    uint32_t at = k3_model_snap_pos(src->prefix);
-    if (src->prefix_ok && at <= n && !memcmp(src->held, p, (size_t)at * sizeof *p)) got = at;
+    uint32_t got = prefix_covers(src, p, n);
     pthread_mutex_unlock(&src->mu);
     return got;
 }
@@ -242,24 +247,21 @@ k3_err k3_chat_take_prefix(k3_chat *dst, k3_chat *src, const int32_t *p, uint32_
     drop_prefix(dst);                                 /* dst's is overwritten below: nobody reads it */
     k3_err e = K3_OK;
     pthread_mutex_lock(&src->mu);                     /* src's prefix and the cache rows below it stay */
-    uint32_t at = k3_model_snap_pos(src->prefix);
-    if (src->prefix_ok && at <= n && !memcmp(src->held, p, (size_t)at * sizeof *p)) {
+    uint32_t at = prefix_covers(src, p, n);
+    if (at) {
         e = k3_model_seq_copy_at(dst->m, src->m, src->prefix, d);
         if (!e) {
             memcpy(dst->held, src->held, (size_t)at * sizeof *p);
             k3_model_snap_copy(dst->prefix, src->prefix);
-            *taken = at;
         }
     }
     pthread_mutex_unlock(&src->mu);
+    if (at && !e) e = k3_chat_adopt(dst, dst->held, at, d);   /* the sampler's history, as a fork */
     if (e) {
         k3_chat_reset(dst);
         return e;
     }
-    if (*taken) {
-        k3_sampler_forget(&dst->s);
-        for (uint32_t i = 0; i < at; i++) k3_sampler_accept(&dst->s, dst->held[i]);
-        dst->n_snaps = 0;
+    if ((*taken = at)) {
         pthread_mutex_lock(&dst->mu);
         dst->prefix_ok = 1;
         pthread_mutex_unlock(&dst->mu);

@@ -37,7 +37,7 @@ int srv_configure_gen(srv *s, const k3_args *a)
     s->threads = g.threads;
     s->lo.n_seq = s->n_slots;
     s->snapshots = s->lo.snapshots;              /* each slot's, and one for its shared prefix (counted) */
-    if (s->snapshots) s->lo.snapshots = s->snapshots + 1;
+    s->lo.snapshots = k3_plan_slot_snapshots(s->snapshots);
     s->model_name = k3_opt_str(a, SRV_OPT_NAME);
     if (!s->model_name) {                        /* the pack directory's last name */
         static char name[256];
