@@ -191,6 +191,8 @@ static void step(k3_batcher *b)
     b->st.passes++;
     b->st.rows += rows;
     b->st.groups += n;
+    for (uint32_t j = 0; j < n && n > 1; j++)
+        if (b->r[j].verify) { b->st.shared_verify++; break; }
     for (uint32_t j = 0; j < n; j++) {
         sub *s = &b->subs[b->who[j]];
         if (s->op == OP_FORWARD && !e) {

@@ -39,6 +39,7 @@ typedef struct k3_batch_stats {
     uint64_t groups;              /* sequences in them, summed over passes */
     uint64_t commits;
     uint64_t splits;              /* forward calls carried over to a later pass (the rows were full) */
+    uint64_t shared_verify;       /* passes that carried a verify call (drafts) beside another sequence */
 } k3_batch_stats;
 
 /* A batcher over every sequence of m (each handle's calls go through it from now on), at most

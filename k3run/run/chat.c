@@ -166,11 +166,11 @@ static k3_err feed(k3_chat *c, const int32_t *ids, uint32_t n, k3_diag *d)
     return K3_OK;
 }
 
-/* Bring the model to prompt[0 .. n): keep the longest held prefix reachable, process the rest;
-   with a prefix kept, the state at n_system (the end of the tools and system messages; 0: none) is
-   its new prefix. */
-static k3_err sync_prompt(k3_chat *c, const int32_t *p, uint32_t n, uint32_t n_system, uint32_t *cached,
-                          k3_diag *d)
+/* Where prompt[0 .. n) can start from: *lcp (in) the held ids it shares, (out) lowered by one where
+   it holds the whole prompt and more; returns the kept state to restore (NULL: none, from 0) when
+   *lcp is below the model's position, else the model's own state serves (*restore 0). */
+static const k3_model_snap *start_state(const k3_chat *c, const int32_t *p, uint32_t n, uint32_t *lcp_out,
+                                        int *restore)
 {
     uint32_t pos = k3_model_pos(c->m), lcp = 0;
     while (lcp < pos && lcp < n && c->held[lcp] == p[lcp]) lcp++;
@@ -178,16 +178,39 @@ static k3_err sync_prompt(k3_chat *c, const int32_t *p, uint32_t n, uint32_t n_s
        snapshot taken at n keeps (an identical prompt resent); else process the last token again */
     int whole = lcp == n && pos > n;
     if (lcp == n && pos > n) lcp = n - 1;
+    *lcp_out = lcp;
+    *restore = lcp < pos;
+    if (!*restore) return NULL;
+    const k3_model_snap *best = NULL;
+    for (uint32_t i = 0; i < c->n_snaps; i++)
+        if ((k3_model_snap_pos(c->snap[i]) <= lcp || (whole && k3_model_snap_pos(c->snap[i]) == n)) &&
+            (!best || k3_model_snap_pos(c->snap[i]) > k3_model_snap_pos(best)))
+            best = c->snap[i];
+    if (c->prefix && c->prefix_ok && k3_model_snap_pos(c->prefix) <= lcp &&    /* only c's thread sets it */
+        (!best || k3_model_snap_pos(c->prefix) > k3_model_snap_pos(best)))
+        best = c->prefix;
+    return best;
+}
+
+uint32_t k3_chat_cached_for(const k3_chat *c, const int32_t *p, uint32_t n)
+{
+    uint32_t lcp;
+    int restore;
+    const k3_model_snap *best = start_state(c, p, n, &lcp, &restore);
+    return !restore ? k3_model_pos(c->m) : best ? k3_model_snap_pos(best) : 0;
+}
+
+/* Bring the model to prompt[0 .. n): keep the longest held prefix reachable, process the rest;
+   with a prefix kept, the state at n_system (the end of the tools and system messages; 0: none) is
+   its new prefix. */
+static k3_err sync_prompt(k3_chat *c, const int32_t *p, uint32_t n, uint32_t n_system, uint32_t *cached,
+                          k3_diag *d)
+{
+    uint32_t pos = k3_model_pos(c->m), lcp;
+    int restore;
+    const k3_model_snap *best = start_state(c, p, n, &lcp, &restore);
     k3_err e;
-    if (lcp < pos) {
-        const k3_model_snap *best = NULL;
-        for (uint32_t i = 0; i < c->n_snaps; i++)
-            if ((k3_model_snap_pos(c->snap[i]) <= lcp || (whole && k3_model_snap_pos(c->snap[i]) == n)) &&
-                (!best || k3_model_snap_pos(c->snap[i]) > k3_model_snap_pos(best)))
-                best = c->snap[i];
-        if (c->prefix && c->prefix_ok && k3_model_snap_pos(c->prefix) <= lcp &&    /* only this thread sets it */
-            (!best || k3_model_snap_pos(c->prefix) > k3_model_snap_pos(best)))
-            best = c->prefix;
+    if (restore) {
         /* below the prefix, the cache rows under it are about to be written again */
         if (c->prefix_ok && (!best || k3_model_snap_pos(best) < k3_model_snap_pos(c->prefix))) drop_prefix(c);
         if (best) {

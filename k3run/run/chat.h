@@ -116,6 +116,9 @@ k3_err k3_chat_adopt(k3_chat *c, const int32_t *ids, uint32_t n, k3_diag *d);
  */
 k3_err k3_chat_keep_prefix(k3_chat *c, k3_diag *d);
 uint32_t k3_chat_prefix_for(k3_chat *src, const int32_t *p, uint32_t n);
+/* How many of p[0..n)'s ids c would start from (its held ids, or a kept state) rather than
+   process: the cached_tokens a turn on it would report. Only while no thread moves c. */
+uint32_t k3_chat_cached_for(const k3_chat *c, const int32_t *p, uint32_t n);
 k3_err k3_chat_take_prefix(k3_chat *dst, k3_chat *src, const int32_t *p, uint32_t n, uint32_t *taken, k3_diag *d);
 
 #endif

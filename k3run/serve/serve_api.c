@@ -882,6 +882,9 @@ char *srv_api_metrics_text(srv *s)
              "# TYPE k3_pass_sequences_total counter\nk3_pass_sequences_total %llu\n", (unsigned long long)bs.groups);
         LINE("# HELP k3_pass_splits_total Prompt chunks carried over to the next pass (its rows were full).\n"
              "# TYPE k3_pass_splits_total counter\nk3_pass_splits_total %llu\n", (unsigned long long)bs.splits);
+        LINE("# HELP k3_pass_shared_verify_total Passes that verified one conversation's drafts beside another.\n"
+             "# TYPE k3_pass_shared_verify_total counter\nk3_pass_shared_verify_total %llu\n",
+             (unsigned long long)bs.shared_verify);
     }
     LINE("# HELP k3_rejected_busy_total Requests refused because the queue was full.\n"
          "# TYPE k3_rejected_busy_total counter\nk3_rejected_busy_total %llu\n", (unsigned long long)m.rejected_busy);

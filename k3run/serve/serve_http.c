@@ -421,6 +421,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         json_t *doc = json_pack("{s:s,s:b,s:i,s:i,s:i}", "status", s->stopping ? "stopping" :
                                 s->damage[0] ? "degraded" : "ok", "busy", s->running > 0, "queue", (int)s->q_n,
                                 "slots", (int)s->n_slots, "slots_busy", (int)s->running);
+        if (doc && s->n_slots > 1) {             /* [slot] generated tokens per second of its jobs */
+            json_t *tps = json_array();
+            for (uint32_t i = 0; i < s->n_slots; i++)
+                json_array_append_new(tps, json_real(s->slots[i].busy_s > 0 ? (double)s->slots[i].tokens /
+                                                     s->slots[i].busy_s : 0.0));
+            json_object_set_new(doc, "slot_tokens_per_second", tps);
+        }
         if (doc && s->damage[0]) {
             json_object_set_new(doc, "damage", json_string(s->damage));
             json_object_set_new(doc, "damage_errors", json_integer((json_int_t)s->mt.damage_errors));

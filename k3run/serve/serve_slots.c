@@ -129,8 +129,14 @@ static int mine(srv *s, srv_slot *sl)
         uint32_t nh = 0;
         const int32_t *h = k3_chat_held(o->chat, &nh);
         uint32_t len = p ? common_prefix(h, nh, p, np) : 0;
-        /* rank: 2 holds the conversation, 1 empty, 0 else; then the prefix; then the oldest use */
-        uint64_t rank = nh && (len == nh || len == np) ? 2 : nh == 0 ? 1 : 0;
+        /* rank: 3 holds the conversation; 2 shares more than half of what it holds and serves more
+           of it from a kept state than its shared prefix (which an empty slot could take too:
+           take_prefix): a conversation edited or branched, the slot losing less than it keeps; 1
+           empty (the others keep their caches); 0 else; then the prefix; then the oldest use */
+        uint64_t rank = nh && (len == nh || len == np) ? 3
+                        : nh && 2 * (uint64_t)len > nh &&
+                          k3_chat_cached_for(o->chat, p, np) > k3_chat_prefix_for(o->chat, p, np) ? 2
+                        : nh == 0 ? 1 : 0;
         uint64_t key = rank << 62 | (uint64_t)len << 30 | (uint64_t)((1u << 30) - 1 - (o->used & ((1u << 30) - 1)));
         if (best < 0 || key > best_key) { best = (int)i; best_key = key; }
     }

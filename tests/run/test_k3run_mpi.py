@@ -23,6 +23,7 @@ refuses to start (each rank would otherwise run the whole model alone) and says 
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -176,16 +177,20 @@ class TestMpi(unittest.TestCase):
         for k, v in ENV.items():
             os.environ.setdefault(k, v)
         prompts = ["In the beginning God", "And the LORD said unto Moses", "Blessed is the man"]
-        want = [one(["-m", self.kjv, "-p", p, "-n", "40", "-q"]) for p in prompts]
-        # one slot, then three sharing the passes (issue 33): the ranks see rows, not conversations
-        for par in ("1", "3"):
-            srv = servelib.Server(self.kjv, ["-t", "1", "--parallel", par], prefix=["mpirun", "-n", "3"])
+        # the last one sampled (the same seed, the same text as k3run -p alone)
+        sampling = [{"temperature": 0}, {"temperature": 0}, {"temperature": 0.8, "top_p": 0.95, "seed": 9}]
+        want = [one(["-m", self.kjv, "-p", p, "-n", "40", "-q"] +
+                    (["--temp", "0.8", "--top-p", "0.95", "--seed", "9"] if i == 2 else []))
+                for i, p in enumerate(prompts)]
+        # one slot, then three sharing the passes (issue 33) at 3 and 2 ranks: the ranks see rows,
+        # not conversations
+        for par, ranks in (("1", "3"), ("3", "3"), ("3", "2")):
+            srv = servelib.Server(self.kjv, ["-t", "1", "--parallel", par], prefix=["mpirun", "-n", ranks])
             try:
                 got = [None] * len(prompts)
 
                 def ask(i):
-                    st, _, body = srv.post("/v1/completions", {"prompt": prompts[i], "max_tokens": 40,
-                                                               "temperature": 0})
+                    st, _, body = srv.post("/v1/completions", dict(sampling[i], prompt=prompts[i], max_tokens=40))
                     got[i] = (st, body)
                 ts = [threading.Thread(target=ask, args=(i,)) for i in range(len(prompts) if par != "1" else 1)]
                 for t in ts:
@@ -195,7 +200,13 @@ class TestMpi(unittest.TestCase):
                 for i in range(len(ts)):
                     st, body = got[i]
                     self.assertEqual(st, 200, body)
-                    self.assertEqual(json.loads(body)["choices"][0]["text"].encode(), want[i], "--parallel %s" % par)
+                    self.assertEqual(json.loads(body)["choices"][0]["text"].encode(), want[i],
+                                     "--parallel %s, %s ranks, request %d" % (par, ranks, i))
+                if par != "1":
+                    st, _, body = srv.request("GET", "/metrics")
+                    m = dict(re.findall(r"^(k3_pass(?:es|_sequences)_total) (\S+)$", body.decode(), re.M))
+                    self.assertGreater(float(m["k3_pass_sequences_total"]), float(m["k3_passes_total"]),
+                                       "%s ranks: no pass carried two conversations" % ranks)
             finally:
                 t0 = time.time()
                 srv.stop()

@@ -24,13 +24,23 @@ from servelib import BIN, Server, kjv_pack, make_pack, TMP
 SANITIZED = os.environ.get("K3_SANITIZED") == "1"
 
 
-def parallel_minimum(pack, S):
-    """The planner's minimum budget for S slots on PACK, from the server's own refusal of 1M."""
+def parallel_minimum(pack, S, draft=0):
+    """The planner's minimum budget for S slots on PACK, from the server's own refusal of 1M; with
+    draft, the least above it (in steps of 256 KiB) whose plan has room for the verify pass of
+    `draft` drafted tokens (at the minimum itself the planner leaves drafting out)."""
     p = subprocess.run([os.path.join(BIN, "k3run"), "serve", "-m", pack, "--parallel", str(S), "--budget", "1M",
                         "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
     m = re.search(rb"minimum of [0-9.]+ GiB \((\d+) bytes", p.stderr)
     assert p.returncode == 2 and m, p.stderr
-    return int(m.group(1))
+    b = int(m.group(1))
+    for _ in range(64 if draft else 0):
+        q = subprocess.run([os.path.join(BIN, "k3inspect"), "--plan", "--parallel", str(S), "--budget", str(b),
+                            "--draft", str(draft), "--json", pack], stdout=subprocess.PIPE, check=True, timeout=60)
+        if json.loads(q.stdout)["verify_tokens"]:
+            return b
+        b += 256 << 10
+    assert not draft, "no room for a verify pass within 16 MiB of the minimum"
+    return b
 
 
 def requests(n, chat_words, max_tokens):
@@ -93,7 +103,7 @@ def answer(doc):
 
 def metric(srv, name):
     st, _, body = srv.request("GET", "/metrics")
-    m = re.search(r"^%s (\S+)$" % name, body.decode(), re.M)
+    m = re.search(r"^%s (\S+)$" % re.escape(name), body.decode(), re.M)
     return float(m.group(1)) if m else None
 
 
@@ -103,7 +113,11 @@ class TestParallel(unittest.TestCase):
         cls.kjv = kjv_pack(os.path.join(TMP, "k3run-serve-parallel"))
         cls.tiny = make_pack("tiny", 1)[1]
 
-    def case(self, pack, S, args, reqs, label, stream_every=2):
+    def case(self, pack, S, args, reqs, label, stream_every=2, streams=None, shared_verify=False):
+        """streams: whether the trunk streams (while answering, more is read than the pack holds: its
+        units again and again) or not (resident: each byte read at most once, the experts as they
+        are first used); shared_verify: some pass verified one conversation's drafts beside another's
+        rows."""
         one = Server(pack, ["--parallel", "1"] + args)
         try:
             alone = [answer(post(one, p, b)) for p, b in reqs]
@@ -131,28 +145,51 @@ class TestParallel(unittest.TestCase):
             self.assertEqual(errors, [], label)
             passes, seqs = metric(many, "k3_passes_total"), metric(many, "k3_pass_sequences_total")
             splits = metric(many, "k3_pass_splits_total")
+            verify = metric(many, "k3_pass_shared_verify_total")
+            read = metric(many, "k3_bytes_read_total")
         finally:
             self.assertEqual(many.stop(), 0, many.stderr())
         for i in range(len(reqs)):
             self.assertEqual(got[i], alone[i], "%s: request %d (%s)" % (label, i, reqs[i][0]))
             if alone_stream[i]:
                 self.assertEqual(got_stream[i], alone_stream[i], "%s: request %d streamed" % (label, i))
-        print("%s: %d requests in %d passes carrying %d sequence steps, %d prompt chunks carried over" %
-              (label, len(reqs), passes, seqs, splits))
+        print("%s: %d requests in %d passes carrying %d sequence steps, %d prompt chunks carried over, "
+              "%d shared verify passes, %.1f MB read" % (label, len(reqs), passes, seqs, splits, verify, read / 1e6))
         self.assertGreater(seqs, passes, "%s: no pass carried two conversations" % label)
+        if streams is not None:
+            size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(pack) for f in fs)
+            (self.assertGreater if streams else self.assertLessEqual)(read, size, "%s: bytes read while answering, "
+                                                                       "against the pack's" % label)
+        if shared_verify:
+            self.assertGreater(verify, 0, "%s: no pass verified drafts beside another conversation" % label)
         return splits
 
     def test_demo_model_resident(self):
         reqs = requests(6, True, 24 if SANITIZED else 40)
         for threads in (("2",) if SANITIZED else ("1", "2")):
-            self.case(self.kjv, 4, ["-t", threads, "--draft", "0"], reqs, "kjv resident, %s threads" % threads)
+            self.case(self.kjv, 4, ["-t", threads, "--draft", "0"], reqs, "kjv resident, %s threads" % threads,
+                      streams=False)
 
     def test_demo_model_drafts_streaming(self):
         S = 3
-        b = parallel_minimum(self.kjv, S)
+        b = parallel_minimum(self.kjv, S, draft=4)
         reqs = requests(5, True, 20 if SANITIZED else 32)
+        # text that repeats itself, which the draft rule drafts on (two, so that drafts meet others)
+        reqs[1:1] = [("/v1/completions", {"prompt": "nor thy son, nor thy son, nor thy son, nor thy son,",
+                                          "max_tokens": 40 + 8 * i, "temperature": 0}) for i in range(2)]
         self.case(self.kjv, S, ["-t", "2", "--draft", "4", "--budget", str(b)], reqs,
-                  "kjv at the minimum budget (trunk streamed), drafts")
+                  "kjv at the minimum budget (trunk streamed), drafts", streams=True, shared_verify=True)
+
+    def test_tiny_resident(self):
+        """2 slots, 4 requests (two wait in the queue), drafts, 2 threads."""
+        self.case(self.tiny, 2, ["-t", "2", "--draft", "4"], requests(4, False, 16), "tiny resident, 2 slots",
+                  streams=False)
+
+    def test_tiny_streaming_drafts(self):
+        S = 5
+        b = parallel_minimum(self.tiny, S, draft=4)
+        self.case(self.tiny, S, ["-t", "2", "--draft", "4", "--budget", str(b)], requests(7, False, 12),
+                  "tiny at the minimum budget, 5 slots, drafts, 2 threads", streams=True)
 
     def test_tiny_streaming(self):
         S = 6
@@ -160,17 +197,24 @@ class TestParallel(unittest.TestCase):
         reqs = requests(6, False, 12)
         # at its minimum the plan's batch (23 rows) is below what 6 prompts arriving together need:
         # prompts go on in the next passes, in pieces, beside the others' decode rows
-        splits = self.case(self.tiny, S, ["-t", "1", "--budget", str(b)], reqs, "tiny at the minimum budget, 6 slots")
+        splits = self.case(self.tiny, S, ["-t", "1", "--budget", str(b)], reqs, "tiny at the minimum budget, 6 slots",
+                           streams=True)
         self.assertGreater(splits, 0, "no prompt was carried over to a later pass")
 
     @unittest.skipIf(SANITIZED, "the small preset: in the Release build only (label heavy's rule)")
     def test_small_streaming(self):
         small = make_pack("small", 7)[1]
         S = 3
-        b = parallel_minimum(small, S)
+        b = parallel_minimum(small, S, draft=4)
         reqs = requests(3, False, 6)
-        self.case(small, S, ["-t", "2", "--budget", str(b)], reqs, "small at the minimum budget, 3 slots",
-                  stream_every=3)
+        self.case(small, S, ["-t", "2", "--budget", str(b), "--draft", "4"], reqs,
+                  "small at the minimum budget, 3 slots, drafts", stream_every=3, streams=True)
+
+    @unittest.skipIf(SANITIZED, "the small preset: in the Release build only (label heavy's rule)")
+    def test_small_resident(self):
+        small = make_pack("small", 7)[1]
+        self.case(small, 4, ["-t", "2"], requests(4, False, 6), "small resident, 4 slots", stream_every=4,
+                  streams=False)
 
     def test_n_choices(self):
         """n = 3: three choices from one processed prompt, choice i the answer of the same request with
@@ -223,18 +267,44 @@ class TestParallel(unittest.TestCase):
     def test_leave_and_route(self):
         srv = Server(self.kjv, ["--parallel", "3", "-t", "2"])
         try:
-            # a client that leaves mid-stream: its slot is free again (two new answers still fit)
+            # a client that leaves mid-stream, while another conversation shares the passes: its slot
+            # is free again, its generation stopped long before the length it asked for (the same
+            # request alone runs to that length) and the other answer is its answer alone
+            long = {"prompt": "In the beginning", "max_tokens": 300, "temperature": 0.9, "seed": 3}
+            self.assertEqual(post(srv, "/v1/completions", long)["usage"]["completion_tokens"], 300)
+            other = {"prompt": "And the LORD said unto", "max_tokens": 120, "temperature": 0.8, "seed": 4}
+            other_alone = answer(post(srv, "/v1/completions", other))
+            before = metric(srv, "k3_completion_tokens_total")
+            got = {}
+            t = threading.Thread(target=lambda: got.update(a=answer(post(srv, "/v1/completions", other))))
+            t.start()
             c = http.client.HTTPConnection(srv.host, srv.port, timeout=60)
-            c.request("POST", "/v1/completions", json.dumps({"prompt": "In the beginning", "max_tokens": 900,
-                                                              "stream": True, "temperature": 0.9}),
+            c.request("POST", "/v1/completions", json.dumps(dict(long, stream=True)),
                       {"Content-Type": "application/json"})
             r = c.getresponse()
             r.fp.readline()
             c.close()
+            t.join(120)
             t0 = time.time()
             while metric(srv, "k3_busy") and time.time() - t0 < 30:
                 time.sleep(0.05)
             self.assertEqual(metric(srv, "k3_busy"), 0, "the slot of the client that left is free")
+            self.assertEqual(got.get("a"), other_alone)
+            left = metric(srv, "k3_completion_tokens_total") - before - other_alone["completion_tokens"]
+            print("the client that left: its generation stopped after %d of 300 tokens" % left)
+            self.assertLess(left, 150, "the generation of the client that left ran on")
+            st, _, body = srv.request("GET", "/health")
+            h = json.loads(body)
+            self.assertEqual(len(h["slot_tokens_per_second"]), 3, h)
+            self.assertTrue(all(x >= 0 for x in h["slot_tokens_per_second"]) and
+                            max(h["slot_tokens_per_second"]) > 0, h)
+            self.assertGreater(max(metric(srv, 'k3_slot_tokens_per_second{slot="%d"}' % i) for i in range(3)), 0)
+            for i in range(3):                       # idle, each: 0 (a client's slot freed)
+                self.assertEqual(metric(srv, 'k3_slot_busy{slot="%d"}' % i), 0)
+        finally:
+            self.assertEqual(srv.stop(), 0)
+        srv = Server(self.kjv, ["--parallel", "3", "-t", "2"])
+        try:
             # a request resent as it was, after another took the last empty slot: routed to the slot
             # holding its prompt, served from its cache (the snapshot at the prompt's end keeps its last
             # logits), the same answer
@@ -251,6 +321,34 @@ class TestParallel(unittest.TestCase):
             self.assertEqual((h["slots"], h["slots_busy"]), (3, 0), h)
         finally:
             self.assertEqual(srv.stop(), 0)
+
+    def test_route_branch(self):
+        """A conversation edited at its last message goes to the slot that holds the conversation it
+        branches from, though another slot is empty: the state kept where the earlier turn's prompt
+        ended serves it (cached_tokens), and the answer is its answer alone."""
+        def chat(msgs, n):
+            return {"messages": msgs, "max_tokens": n, "temperature": 0, "reasoning_effort": "none"}
+        q1 = {"role": "user", "content": "Who was Moses? Tell me of Moses and of Aaron his brother, and of "
+                                         "Miriam their sister, and of the house of Levi."}
+        srv = Server(self.kjv, ["--parallel", "3", "-t", "2"])
+        try:
+            a1 = post(srv, "/v1/chat/completions", chat([q1], 40))
+            hist = [q1, {"role": "assistant", "content": a1["choices"][0]["message"]["content"]}]
+            post(srv, "/v1/chat/completions", chat(hist + [{"role": "user", "content": "And Aaron?"}], 8))
+            post(srv, "/v1/chat/completions", chat([{"role": "user", "content": "Tell me of Noah."}], 8))
+            edited = chat(hist + [{"role": "user", "content": "And Miriam?"}], 16)
+            doc = post(srv, "/v1/chat/completions", edited)   # the third slot is still empty
+        finally:
+            self.assertEqual(srv.stop(), 0)
+        cached = doc["usage"]["prompt_tokens_details"]["cached_tokens"]
+        print("an edited conversation: %d of its %d prompt tokens from the slot it branched from" %
+              (cached, doc["usage"]["prompt_tokens"]))
+        self.assertGreaterEqual(cached, a1["usage"]["prompt_tokens"] - 1, doc["usage"])
+        one = Server(self.kjv, ["--parallel", "1", "-t", "1"])
+        try:
+            self.assertEqual(answer(post(one, "/v1/chat/completions", edited)), answer(doc))
+        finally:
+            self.assertEqual(one.stop(), 0)
 
     def test_shared_prefix(self):
         """Conversations that begin with the same system message: a later one, in the same slot or in
