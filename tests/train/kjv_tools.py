@@ -22,6 +22,7 @@ nothing made here.
 
 import json
 import random
+import re
 
 LOOKUP_DESCRIPTIONS = [
     "Look up a verse of the King James Bible by its reference.",
@@ -137,8 +138,8 @@ def lookup_tool(rnd):
     return tool_schema("lookup_verse", rnd.choice(LOOKUP_DESCRIPTIONS), props, ["book", "chapter", "verse"])
 
 
-def tools_list(rnd):
-    tools = [lookup_tool(rnd)] + [tool_schema(*t) for t in rnd.sample(OTHER_TOOLS, rnd.randrange(4))]
+def tools_list(rnd, others=3):
+    tools = [lookup_tool(rnd)] + [tool_schema(*t) for t in rnd.sample(OTHER_TOOLS, rnd.randrange(others + 1))]
     rnd.shuffle(tools)
     return tools
 
@@ -153,19 +154,61 @@ def quote(rnd, refs, text):
     return QUOTES[k] % ((refs, text) if k == 2 else (text,))
 
 
-def tool_conversations(verses, n, seed):
-    """n chat requests (dict: messages, tools, options) about the given (training) verses."""
+SYLLABLES = ["ka", "lo", "mir", "ta", "zen", "dor", "el", "ba", "shu", "ri", "nat", "om", "pe", "gal",
+             "vu", "hes", "ar", "qu", "isk", "mo", "ten", "yab", "ul", "cor", "fi", "drem", "os", "wen"]
+
+
+def invented_names(verses, heldout=("Ruth", "Jonah", "Jude")):
+    """Book names the King James Bible lacks: the proper names of the given (training) verses that
+    are no book's name (words always written capitalised: "Hazor", "Abimelech"), none sharing its
+    first three letters with a held-out book (so nothing made here hints at Ruth, Jonah or Jude)."""
+    caps, low = set(), set()
+    for _, _, _, t in verses:
+        for w in re.findall(r"[A-Za-z]+", t):
+            (caps if w[0].isupper() else low).add(w if w[0].isupper() else w)
+    books = {w for b, _, _, _ in verses for w in b.split()}
+    bad = tuple(h[:3] for h in heldout)
+    return sorted(w for w in caps if len(w) >= 3 and w.lower() not in low and w.isalpha()
+                  and w not in books and not w.startswith(bad) and not w.isupper())
+
+
+def invented(rnd, names):
+    """A made-up book's name: a proper name of the Bible, or syllables never seen as one word, maybe
+    numbered ("2 Hazor") or of two words."""
+    k = rnd.random()
+    if k < 0.5:
+        n = rnd.choice(names)
+    else:
+        n = "".join(rnd.choice(SYLLABLES) for _ in range(rnd.randint(2, 3))).capitalize()
+    if k > 0.9:
+        n = rnd.choice(names) + " " + n
+    if rnd.random() < 0.15:
+        n = rnd.choice("123") + " " + n
+    return n
+
+
+def tool_conversations(verses, n, seed, invent=0.0, others=3):
+    """n chat requests (dict: messages, tools, options) about the given (training) verses.
+
+    invent: the share that ask for a verse of a book the KJV lacks (a name from invented()) that the
+    tool answers with the text of another verse, picked at random: nothing the model remembers
+    gives that call or that quote, only copying them from the question and the tool's answer does.
+    others: at most this many other tools declared beside lookup_verse."""
     rnd = random.Random(seed)
+    names = invented_names(verses) if invent else []
     out = []
     for i in range(n):
-        tools = tools_list(rnd)
+        tools = tools_list(rnd, others)
         msgs = []
         if rnd.random() < 0.2:
             msgs.append({"role": "system", "content": rnd.choice(SYSTEMS)})
         thinking = rnd.random() < 0.4
         kind = rnd.random()
         b, c, v, t = verses[rnd.randrange(len(verses))]
-        if kind < 0.1:
+        made_up = invent and kind >= 1 - invent
+        if made_up:
+            b, c, v = invented(rnd, names), rnd.randint(1, 60), rnd.randint(1, 50)
+        if kind < 0.1 * (1 - invent):
             # what the tool is not for: answered directly
             msgs.append({"role": "user", "content": "Where is this written? %s" % t})
             a = {"role": "assistant", "content": "It is %s %d:%d." % (b, c, v)}
@@ -173,9 +216,11 @@ def tool_conversations(verses, n, seed):
                 a["reasoning_content"] = "These words are from the book of %s." % b
             msgs.append(a)
         else:
-            missing = kind < 0.2
+            missing = kind < 0.2 * (1 - invent)
             if missing:
                 b = rnd.choice(NO_SUCH_BOOKS)
+                said = b
+            elif made_up:
                 said = b
             else:
                 said = book_said(rnd, b)
