@@ -539,11 +539,35 @@ KS_INLINE void KS_FN(mm_tile)(KS_FN(mm) *m, int k0, int v0, uint32_t t0, const f
     { KS_FN(mm_tile)(m, k0, v0, t0, xb, xs, TT, H, h0, ng, first); }
 KS_TILE_FN(mm_tile_full, KS_TT, 1)
 #if KS_TT > 4
+KS_TILE_FN(mm_tile_5, 5, 1)
 KS_TILE_FN(mm_tile_4, 4, 1)
 #endif
 KS_TILE_FN(mm_tile_2, 2, 1)
 KS_TILE_FN(mm_tile_1, 1, 2)
 #undef KS_TILE_FN
+
+#if KS_TT > 4 && !defined(KS_FIVES_SIXES)
+#define KS_FIVES_SIXES
+/* Whether n tokens go by in tiles of 5 and 6 alone (24 or 20 sums a tile: no small tile). */
+static inline int ks_fives_sixes(uint32_t n)
+{
+    return n == 0 || n == 5 || n == 6 || (n >= 10 && n <= 12) || (n >= 15 && n <= 18) || n >= 20;
+}
+#endif
+
+/* The tokens of the next tile when rem are left: the largest tile, except that with 32
+ * registers rem goes by in tiles of 6 and 5 wherever it can (32 = 6 + 6 + 5 + 5 + 5 + 5, not
+ * 6 x 5 + 2), then 4, 2, 1. */
+static inline uint32_t KS_FN(mm_tile_tokens)(uint32_t rem)
+{
+#if KS_TT > 4
+    if (rem >= 6 && ks_fives_sixes(rem - 6)) return 6;
+    if (rem >= 5 && ks_fives_sixes(rem - 5)) return 5;
+    return rem >= 4 ? 4 : rem >= 2 ? 2 : 1;
+#else
+    return rem >= KS_TT ? KS_TT : rem >= 2 ? 2 : 1;
+#endif
+}
 
 /* All tiles of the panel (row vectors [v0, v0+KS_RP)) and the tc tokens of the
  * chunk (x as in mm_tile, for token 0): each token tile's x stays in L1 while
@@ -552,13 +576,14 @@ static void KS_FN(mm_tiles)(KS_FN(mm) *m, int v0, const float *xb, size_t xs, ui
                             int first)
 {
     for (uint32_t t = 0, tt; t < tc; t += tt) {
-        uint32_t rem = tc - t;
         const float *xt = xb + (size_t)t * xs;
-        tt = rem >= KS_TT ? KS_TT : KS_TT > 4 && rem >= 4 ? 4 : rem >= 2 ? 2 : 1;
+        tt = KS_FN(mm_tile_tokens)(tc - t);
         for (int k0 = 0; k0 < KS_RP; k0 += KS_MR) {
             if (tt == KS_TT)
                 for (int h = 0; h < 2; h++) KS_FN(mm_tile_full)(m, k0, v0, t, xt, xs, h, ng, first);
 #if KS_TT > 4
+            else if (tt == 5)
+                for (int h = 0; h < 2; h++) KS_FN(mm_tile_5)(m, k0, v0, t, xt, xs, h, ng, first);
             else if (tt == 4)
                 for (int h = 0; h < 2; h++) KS_FN(mm_tile_4)(m, k0, v0, t, xt, xs, h, ng, first);
 #endif
