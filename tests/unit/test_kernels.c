@@ -476,6 +476,15 @@ int main(void)
         run_case(K3_ENC_MXFP4, 37, 1088, T, (int)(i % 4));
         run_case(K3_ENC_Q8, 37, 1088, T, (int)(i % 4));
     }
+    /* the BF16 register kernel of 2-16 tokens (kern_simd.h ft): BF16, x packed by the caller and
+       columns a multiple of 16 (the widths above have a tail and never reach it): every T it
+       takes, rows that fill its passes of 1-3 row vectors and leave each remainder, within one
+       panel's width and across several */
+    for (uint32_t T = 2; T <= 17; T++) {
+        run_case(K3_ENC_BF16, 13, 48, T, (int)(T % 4));
+        run_case(K3_ENC_BF16, 37, 1024, T, 1);
+        run_case(K3_ENC_BF16, 6 + T % 7, 2064, T, 0);
+    }
     for (int i = 0; i < 150; i++) {               /* random shapes */
         int enc = i % 2 ? K3_ENC_MXFP4 : K3_ENC_BF16;
         uint32_t cols = enc == K3_ENC_BF16 ? 1 + rndn(700) : 32 * (1 + rndn(24));
@@ -506,6 +515,8 @@ int main(void)
     run_threads(K3_ENC_BF16, 300, 250, 1);
     run_threads(K3_ENC_BF16, 133, 77, 9);
     run_threads(K3_ENC_BF16, 133, 1041, 20);
+    run_threads(K3_ENC_BF16, 133, 1024, 6);       /* the BF16 register kernel, rows split over threads */
+    run_threads(K3_ENC_BF16, 101, 512, 16);
     run_threads(K3_ENC_MXFP4, 75, 1088, 31);
     run_threads(K3_ENC_Q8, 75, 1088, 129);
     run_threads(K3_ENC_MXFP4, 300, 256, 1);
