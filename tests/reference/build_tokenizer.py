@@ -117,8 +117,17 @@ def sources_available():
     return True
 
 
-def train(texts, n_ranks):
-    """Greedy byte-level BPE. Returns {token_bytes: rank} with n_ranks entries."""
+def name_apart(tok):
+    """True for a token that joins a word's leading non-letter (a space, a quote) to a capital letter
+    (" J", '"On', " Jud"): a tokenizer without them writes a capitalised word with the same ids
+    whatever comes before it, so " Jude" in a question is " " + the ids of "Jude" in a tool call's
+    argument, and a model can copy a name it has never seen from one to the other."""
+    return len(tok) >= 2 and not chr(tok[0]).isalpha() and 65 <= tok[1] <= 90
+
+
+def train(texts, n_ranks, banned=None):
+    """Greedy byte-level BPE. Returns {token_bytes: rank} with n_ranks entries. banned(bytes):
+    merges that would make such a token are never made."""
     if n_ranks < 256:
         raise ValueError("need at least 256 ranks")
     # Pre-token frequencies (weights multiply counts).
@@ -142,6 +151,7 @@ def train(texts, n_ranks):
     # Max-heap on count, ties by lowest (left, right); stale entries skipped.
     heap = [(-c, a, b) for (a, b), c in pair_count.items()]
     heapq.heapify(heap)
+    skipped = set()
 
     while len(vocab) < n_ranks:
         if not heap:
@@ -150,6 +160,9 @@ def train(texts, n_ranks):
         if pair_count.get((a, b), 0) != -negc:
             continue
         merged = vocab[a] + vocab[b]
+        if banned and banned(merged):
+            skipped.add((a, b))              # its count kept up to date, never pushed again
+            continue
         new = tok_id.get(merged)
         if new is None:
             new = len(vocab)
@@ -176,10 +189,10 @@ def train(texts, n_ranks):
                 changed.add(p)
         for p in sorted(changed):
             c = pair_count[p]
-            if c > 0:
-                heapq.heappush(heap, (-c, p[0], p[1]))
-            else:
+            if c <= 0:
                 del pair_count[p]
+            elif p not in skipped:
+                heapq.heappush(heap, (-c, p[0], p[1]))
     return {t: i for i, t in enumerate(vocab)}
 
 

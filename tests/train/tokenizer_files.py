@@ -1,6 +1,6 @@
 """The demo model's tokenizer: byte-level BPE trained on the training split only.
 
-    tokenizer_files.py --data DIR --out MODEL_DIR [--ranks 3840]
+    tokenizer_files.py --data DIR --out MODEL_DIR [--ranks 3840] [--names-apart]
 
 Trains on DIR/kjv-train.txt and the text pieces of DIR/chat-train.jsonl (never on the held-out
 books), with Kimi's split pattern (tests/reference/build_tokenizer.py's trainer), and writes
@@ -8,6 +8,11 @@ MODEL_DIR/tiktoken.model and MODEL_DIR/tokenizer_config.json: the released K3
 tokenizer_config.json with every id moved down by 163584 - ranks, so the 16 named specials
 sit after the ranks at K3's offsets (<|end_of_msg|> = ranks+2, <|open|> +3, <|close|> +4,
 <|sep|> +5, ...), `special: false` on the three chat markers exactly as released.
+
+--names-apart: no token joins a word's leading space or punctuation to a capital letter
+(build_tokenizer.name_apart), so a capitalised word has the same ids wherever it stands: " Jude" in
+a question is " " and then exactly the ids of "Jude" at the start of a tool call's argument. The
+demo model that calls lookup_verse needs it to copy a book's name it never saw (issue 34).
 """
 
 import argparse
@@ -61,11 +66,12 @@ def main(argv=None):
     ap.add_argument("--data", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--ranks", type=int, default=3840)
+    ap.add_argument("--names-apart", action="store_true")
     a = ap.parse_args(argv)
     sys.path.insert(0, HERE)
     t0 = time.time()
     texts = training_texts(a.data)
-    ranks = build_tokenizer.train(texts, a.ranks)
+    ranks = build_tokenizer.train(texts, a.ranks, build_tokenizer.name_apart if a.names_apart else None)
     n_tok, n_bytes = build_tokenizer.verify(ranks, texts[:1])
     os.makedirs(a.out, exist_ok=True)
     data = kt.dump_tiktoken_bpe(ranks)

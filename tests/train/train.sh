@@ -5,10 +5,12 @@
 # the training split, the torch model checked against the NumPy reference on the same
 # weights, then training (resumable: run the same command again after an interruption),
 # and the checkpoint written to tests/models/k3-kjv (or $K3_TRAIN_OUT).
-#   tests/train/train.sh --tools [WORK]  (default WORK=build/train-tools) the recipe tried for issue
-# 34: 2000 tool conversations (kjv_tools.py) beside the others, windows of 1024 that hold each
-# conversation whole. Its model does not yet copy from its context (docs/MODEL-CARD.md, "Tool
-# use"), so it is not the shipped one; it writes to build/train-tools/out unless K3_TRAIN_OUT says.
+#   tests/train/train.sh --tools [WORK]  (default WORK=build/train-tools) the recipe for issue 34's
+# model that calls lookup_verse (docs/MODEL-CARD.md, "Tool use"): a tokenizer that keeps a
+# capitalised word's ids apart from the space before it (tokenizer_files.py --names-apart), then
+# tests/train/train_tools.py: copying first, then language windows, tool conversations (half about
+# books the KJV lacks) with the loss on what the assistant writes, and copy windows, each step;
+# about 2 hours on two cores (resumable). It writes to $WORK/out unless K3_TRAIN_OUT says.
 set -eu
 cd "$(dirname "$0")/../.."
 tools=0
@@ -17,8 +19,13 @@ tools=0
 py=/usr/bin/python3
 if [ $tools = 1 ]; then
     work=${1:-build/train-tools}
-    $py tests/train/kjv_data.py --out "$work/data" --chats 4000 --tool-chats 2000 --seed 1
-    set -- --out "${K3_TRAIN_OUT:-$work/out}" --steps 720 --ctx 1024 --batch 4 --pack whole --seed 1
+    [ -e "$work/data/kjv-train.txt" ] || $py tests/train/kjv_data.py --out "$work/data" --chats 4000 --seed 1
+    [ -e "$work/tok/tiktoken.model" ] ||
+        $py tests/train/tokenizer_files.py --data "$work/data" --out "$work/tok" --names-apart
+    TOK="$work/tok" PM=${PM:-1350} $py tests/train/train_tools.py "$work/data" "$work/state"
+    out=${K3_TRAIN_OUT:-$work/out}
+    [ "$out" = "$work/state/out" ] || { mkdir -p "$out" && cp "$work"/state/out/* "$out"/; }
+    exit 0
 else
     work=${1:-build/train}
     $py tests/train/kjv_data.py --out "$work/data" --chats 4000 --seed 1
