@@ -10,6 +10,8 @@ jobs=$(nproc)
 # threads sleeping instead, run.chat under ASan beside run.spec took 75 s instead of 407 s (results
 # do not depend on it: every product is bit for bit the same at any thread count or schedule).
 export OMP_WAIT_POLICY=passive
+# the tests of the APIs against their official SDKs fail here instead of skipping (servelib.need)
+export K3_REQUIRE_CLIENTS=1
 
 echo "== build (Release, -Werror) and run all tests"
 ./scripts/build.sh build

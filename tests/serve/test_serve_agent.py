@@ -21,7 +21,7 @@ import subprocess
 import sys
 import unittest
 
-from servelib import SRC, TMP, Server, kjv_pack
+from servelib import SRC, Server, TMP, kjv_pack, need
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SDK = os.path.join(HERE, "node_modules", "openai", "package.json")
@@ -79,9 +79,9 @@ def run_agent(pack, refs, work, extra=None):
             raise AssertionError("k3run serve exited %d: %s" % (rc, srv.stderr()))
 
 
-@unittest.skipUnless(shutil.which("node"), "node is not installed (scripts/setup.sh installs Debian's nodejs)")
-@unittest.skipUnless(shutil.which("bible"), "bible-kjv is not installed (scripts/setup.sh installs it)")
-@unittest.skipUnless(os.path.exists(SDK), "the openai SDK is not installed: run scripts/setup.sh (npm ci in tests/serve)")
+@need(shutil.which("node"), "node is not installed (scripts/setup.sh installs Debian's nodejs)")
+@need(shutil.which("bible"), "bible-kjv is not installed (scripts/setup.sh installs it)")
+@need(os.path.exists(SDK), "the openai SDK is not installed: run scripts/setup.sh (npm ci in tests/serve)")
 class TestAgent(unittest.TestCase):
     def test_tool_loop_on_heldout_books(self):
         work = os.path.join(TMP, "k3run-serve-agent")

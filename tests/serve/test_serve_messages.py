@@ -19,7 +19,7 @@ import shutil
 import subprocess
 import unittest
 
-from servelib import BIN, TMP, Server, k3run_chat, kjv_pack, make_pack
+from servelib import BIN, Server, TMP, k3run_chat, kjv_pack, make_pack, need
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SDK = os.path.join(HERE, "node_modules", "@anthropic-ai", "sdk", "package.json")
@@ -440,8 +440,8 @@ class ServeMessagesKey(unittest.TestCase):
             self.assertEqual(srv.stop(), 0, srv.stderr())
 
 
-@unittest.skipUnless(shutil.which("node"), "node is not installed (scripts/setup.sh installs Debian's nodejs)")
-@unittest.skipUnless(os.path.exists(SDK), "the @anthropic-ai/sdk is not installed: run scripts/setup.sh "
+@need(shutil.which("node"), "node is not installed (scripts/setup.sh installs Debian's nodejs)")
+@need(os.path.exists(SDK), "the @anthropic-ai/sdk is not installed: run scripts/setup.sh "
                      "(npm ci in tests/serve)")
 class ServeMessagesSdk(unittest.TestCase):
     def test_sdk(self):

@@ -21,7 +21,7 @@ import subprocess
 import threading
 import unittest
 
-from servelib import TMP, Server, k3run_chat, kjv_pack, make_pack
+from servelib import Server, TMP, k3run_chat, kjv_pack, make_pack, need
 from test_serve import TOOL_ANSWER, TOOLS
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -390,8 +390,8 @@ class Responses(unittest.TestCase):
         self.assertTrue(final["k3"]["interrupted"])
         self.assertEqual([d["sequence_number"] for _, d in ev], list(range(len(ev))))
 
-    @unittest.skipUnless(shutil.which("node"), "node is not installed (scripts/setup.sh installs Debian's nodejs)")
-    @unittest.skipUnless(os.path.exists(SDK), "the openai SDK is not installed: run scripts/setup.sh")
+    @need(shutil.which("node"), "node is not installed (scripts/setup.sh installs Debian's nodejs)")
+    @need(os.path.exists(SDK), "the openai SDK is not installed: run scripts/setup.sh")
     def test_sdk(self):
         """the openai SDK: responses.create plain and streamed (and its accumulator) equal to
         chat.completions.create; a conversation continued; a function call round trip; typed errors"""

@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import unittest
 
-from servelib import BIN, TMP, Server, k3run_chat, kjv_pack
+from servelib import BIN, Server, TMP, k3run_chat, kjv_pack, need
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SDK = os.path.join(HERE, "node_modules", "openai", "package.json")
@@ -23,8 +23,8 @@ def msgs(*turns):
     return [{"role": r, "content": c} for r, c in turns]
 
 
-@unittest.skipUnless(shutil.which("node"), "node is not installed (scripts/setup.sh installs Debian's nodejs)")
-@unittest.skipUnless(os.path.exists(SDK), "the openai SDK is not installed: run scripts/setup.sh (npm ci in tests/serve)")
+@need(shutil.which("node"), "node is not installed (scripts/setup.sh installs Debian's nodejs)")
+@need(os.path.exists(SDK), "the openai SDK is not installed: run scripts/setup.sh (npm ci in tests/serve)")
 class TestSdk(unittest.TestCase):
     def test_sdk(self):
         work = os.path.join(TMP, "k3run-serve-sdk")
