@@ -189,7 +189,7 @@ static int common_fields(srv *s, chk *c, srv_job *j)
         if ((rc = get_bool(c, v, "include_usage", &j->include_usage))) return rc;
     }
     long long n = 1, mt = 0, seed = 0, top_k = 0;
-    int given = 0, seeded = 0;
+    int given = 0, seeded = 0, k_given = 0;
     if ((rc = get_int(c, "n", 1, 1000000, &n, NULL))) return rc;
     if (n > SRV_N_MAX) return bad(c, "'n' is %lld: at most %d choices per request", n, SRV_N_MAX);
     j->n_choices = (int)n;
@@ -202,8 +202,8 @@ static int common_fields(srv *s, chk *c, srv_job *j)
         (rc = get_num(c, "repetition_penalty", 0, 100, 1, &j->so.repeat_penalty)))
         return rc;
     if (j->so.min_p >= 1) return bad(c, "'min_p' is %g: give a number in [0, 1)", j->so.min_p);
-    if ((rc = get_int(c, "top_k", 0, 1 << 30, &top_k, &given))) return rc;
-    if (given) j->so.top_k = (uint32_t)top_k;
+    if ((rc = get_int(c, "top_k", 0, 1 << 30, &top_k, &k_given))) return rc;
+    if (k_given) j->so.top_k = (uint32_t)top_k;   /* (not `given`: max_tokens sets that one) */
     if ((rc = get_int(c, "seed", INT64_MIN, INT64_MAX, &seed, &seeded))) return rc;
     if (seeded) j->so.seed = (uint64_t)seed;
     static const char *const penalties[] = { "frequency_penalty", "presence_penalty" };

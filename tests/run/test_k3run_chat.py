@@ -302,10 +302,23 @@ class TestChat(unittest.TestCase):
         print("defaults: %d of %d seeds closed their answer within 256 tokens" % (closed, seeds))
         self.assertGreaterEqual(closed, seeds - 1)
         greedy = self.sampled(self.pack, q + ["--temp", "0"])
-        # packs of the checkpoint without the file, and with do_sample false
+        # greedy as before: the ids of plain greedy decoding of the rendered prompt (k3run on its ids)
+        ids = subprocess.run([os.path.join(BIN, "k3run"), "--render-chat", "-", "-m", self.pack],
+                             input=json.dumps({"messages": [{"role": "user", "content": q[1]}]}).encode(),
+                             capture_output=True, check=True).stdout.decode().split()
+        raw = json.loads(subprocess.run([os.path.join(BIN, "k3run"), "-m", self.pack, "--prompt-ids", ",".join(ids),
+                                         "-n", "256", "--json", "-q"], capture_output=True, check=True).stdout)
+        self.assertEqual((greedy["finish_reason"], greedy["usage"]["completion_tokens"]), ("length", 256))
+        at = 0
+        for part in (greedy["message"].get("reasoning_content") or "", greedy["message"]["content"] or ""):
+            at = raw["text"].find(part, at)
+            self.assertGreaterEqual(at, 0, "chat at --temp 0 wrote what greedy decoding of its prompt does not")
+        # packs of the checkpoint without the file, with do_sample false, and with every value set
         import shutil
+        custom = {"do_sample": True, "temperature": 0.7, "top_p": 0.8, "top_k": 20, "min_p": 0.05,
+                  "repetition_penalty": 1.1}
         for name, gc in (("nogc", None), ("greedy", {"do_sample": False, "temperature": 0.7}),
-                         ("bad", {"temperature": "hot"})):
+                         ("custom", custom), ("bad", {"temperature": "hot"})):
             ck = os.path.join(self.work, "ckpt-" + name)
             shutil.rmtree(ck, ignore_errors=True)
             shutil.copytree(CKPT, ck)
@@ -320,6 +333,31 @@ class TestChat(unittest.TestCase):
                 p = subprocess.run([os.path.join(BIN, "k3run"), "chat", "-m", pk] + q, capture_output=True)
                 self.assertEqual(p.returncode, 1, p.stderr)
                 self.assertIn(b'"temperature" is not a number', p.stderr)
+                continue
+            if name == "custom":                 # each value of the file is the option's
+                opts = ["--temp", "0.7", "--top-p", "0.8", "--top-k", "20", "--min-p", "0.05",
+                        "--repeat-penalty", "1.1"]
+                differ = 0
+                for seed in ("3", "4", "5"):
+                    got = self.sampled(pk, q + ["-s", seed])
+                    self.assertEqual(got["message"], self.sampled(pk, q + ["-s", seed] + opts)["message"])
+                    differ += got["message"] != self.sampled(self.pack, q + ["-s", seed])["message"]
+                self.assertGreater(differ, 0, "the file's values made no difference to the demo's defaults")
+                # and the server: a request without sampling fields gets the file's values
+                sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "serve"))
+                import servelib
+                srv = servelib.Server(pk, ["-t", "2"])
+                try:
+                    body = {"messages": [{"role": "user", "content": q[1]}], "max_tokens": 256, "seed": 3}
+                    st, _, a = srv.post("/v1/chat/completions", body)
+                    st2, _, b = srv.post("/v1/chat/completions", dict(body, temperature=0.7, top_p=0.8, top_k=20,
+                                                                       min_p=0.05, repetition_penalty=1.1))
+                    self.assertEqual((st, st2), (200, 200), (a, b))
+                    ma, mb = json.loads(a)["choices"][0]["message"], json.loads(b)["choices"][0]["message"]
+                    self.assertEqual(ma, mb)
+                    self.assertEqual(ma["content"], self.sampled(pk, q + ["-s", "3"])["message"]["content"])
+                finally:
+                    self.assertEqual(srv.stop(), 0)
                 continue
             with self.subTest(pack=name):
                 got = self.sampled(pk, q + ["-s", "3"])

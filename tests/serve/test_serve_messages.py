@@ -336,6 +336,10 @@ class ServeMessages(unittest.TestCase, Grammar):
                 self.assertEqual(st, 200, c)
                 self.assertEqual(c["usage"]["prompt_tokens"], len(ids))
                 self.assertEqual(c["usage"]["prompt_tokens_details"]["cached_tokens"], len(ids))
+                # the same Messages request again: the cache reads it all (the count, not just the sum)
+                st, again = self.post(dict(req, max_tokens=1, temperature=0))
+                self.assertEqual((again["usage"]["cache_read_input_tokens"], again["usage"]["input_tokens"]),
+                                 (len(ids), 0), again["usage"])
 
     def test_stop_sequences_and_max_tokens(self):
         """stop_sequences end the answer before the first one met: stop_reason stop_sequence with that

@@ -325,6 +325,27 @@ class Responses(unittest.TestCase):
             {"input": [user(Q1), call, out], "tools": FLAT_TOOLS, "reasoning": {"effort": "none"},
              "max_output_tokens": 1}, srv=self.scripted)[1]["usage"]["input_tokens"])
 
+    def test_store_bound(self):
+        """The store keeps the last 256 responses: after 257 more, the first is a 404 that says it may
+        have been evicted (for GET and for previous_response_id), never another conversation; the
+        second and the last are still there"""
+        ids = []
+        for i in range(257):
+            st, r = self.post({"input": "%s %d" % (Q1, i), "max_output_tokens": 1, "temperature": 0})
+            self.assertEqual(st, 200, r)
+            ids.append(r["id"])
+        st, _, body = self.srv.request("GET", RESP + "/" + ids[0])
+        self.assertEqual(st, 404, body)
+        self.assertIn("evicted (the server keeps its last 256 responses", json.loads(body)["error"]["message"])
+        st, e = self.post({"input": Q2, "previous_response_id": ids[0], "max_output_tokens": 1})
+        self.assertEqual(st, 404, e)
+        self.assertIn("evicted", e["error"]["message"])
+        for i in (1, 256):
+            st, _, body = self.srv.request("GET", RESP + "/" + ids[i])
+            self.assertEqual((st, json.loads(body)["id"]), (200, ids[i]))
+        st, r = self.post({"input": Q2, "previous_response_id": ids[1], "max_output_tokens": 1, "temperature": 0})
+        self.assertEqual((st, r["previous_response_id"]), (200, ids[1]))
+
     def test_truncation(self):
         """a conversation longer than the context: refused, or its oldest turns dropped with "auto\""""
         turns = []
