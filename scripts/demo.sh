@@ -28,8 +28,9 @@ if [ $chat != 0 ]; then
 fi
 if [ $chat = 2 ]; then
     shift
-    if ! command -v node >/dev/null 2>&1 || [ ! -e tests/serve/node_modules/openai/package.json ]; then
-        echo "demo: the agent needs node and the openai SDK (scripts/setup.sh installs them)" >&2
+    if ! command -v node >/dev/null 2>&1 || [ ! -e tests/serve/node_modules/openai/package.json ] ||
+       ! command -v bible >/dev/null 2>&1; then
+        echo "demo: the agent needs node, the openai SDK and bible-kjv (its tool's text; scripts/setup.sh installs them)" >&2
         exit 1
     fi
     log=build/demo/serve.log
