@@ -352,6 +352,7 @@ static void put_raw(srv *s, srv_job *j, const char *name, const char *text, int 
     if (event) srv_buf_add(&j->out, "data: ", 6);
     srv_buf_add(&j->out, text, strlen(text));
     if (event) srv_buf_add(&j->out, "\n\n", 2);
+    j->t_out = now;
     if (now - j->last_wake >= SRV_FLUSH_MS * 1e-3) {
         j->last_wake = now;
         pthread_cond_broadcast(&s->cv);
@@ -529,7 +530,7 @@ static void oa_fail(run_ctx *r, int status, const char *msg)
 
 const srv_api_ops srv_api_openai = {
     .name = "openai", .begin = oa_begin, .start = oa_start, .text = oa_text, .call = oa_call, .choice = oa_choice, .end = oa_end,
-    .fail = oa_fail, .error_json = srv_api_error_json,
+    .fail = oa_fail, .error_json = srv_api_error_json, .keepalive = ": keep-alive\n\n",
 };
 
 /* ---- running a job ----------------------------------------------------------- */

@@ -197,6 +197,11 @@ static void *waker(void *arg)
             srv_job *j = k->wait;
             if (j) {
                 if (look && j->state != SRV_DONE && !j->cancel && srv_peer_gone(k->fd)) j->cancel = 1;
+                if (j->stream && j->t_out > 0 && j->state != SRV_DONE && !j->cancel && j->out.n == j->sent &&
+                    j->api->keepalive && now - j->t_out >= s->keepalive_s) {
+                    srv_buf_add(&j->out, j->api->keepalive, strlen(j->api->keepalive));   /* resumed below */
+                    j->t_out = now;
+                }
                 if (j->state == SRV_DONE || (j->stream && j->out.n > j->sent)) {
                     k->wait = NULL;                   /* MHD keeps a suspended connection until it is resumed */
                     MHD_resume_connection(k->c);
@@ -229,6 +234,8 @@ static void *waker(void *arg)
 
 int srv_door_start(srv *s)
 {
+    const char *ka = getenv("K3_TEST_KEEPALIVE_MS");
+    s->keepalive_s = ka && *ka ? atof(ka) * 1e-3 : SRV_KEEPALIVE_S;
     s->door_stop = 0;
     if (pthread_create(&s->door_th, NULL, waker, s)) return -1;
     s->door_on = 1;

@@ -39,6 +39,10 @@
 #include "serve_cli.h"
 
 #define SRV_FLUSH_MS 20
+/* A stream that has begun and sends nothing for this long (a long prompt being processed: minutes on
+   real K3) gets its API's keep-alive, so that clients and proxies that time out a silent connection
+   keep it (K3_TEST_KEEPALIVE_MS shortens it for the tests). */
+#define SRV_KEEPALIVE_S 15
 #define K3_SERVE_SLOTS_MAX 64      /* --parallel at most */
 #define SRV_N_MAX 16               /* a request's n (choices) at most */            /* a stream's events wait at most this long to go out */
 
@@ -86,6 +90,7 @@ typedef struct srv_job {
     volatile sig_atomic_t cancel;  /* the client went away, or the server stops */
     srv_buf out;                   /* stream: events not yet sent (from `sent`); else the whole body */
     double last_wake;              /* when the connection's thread was last woken for new output */
+    double t_out;                  /* stream: when its output last grew (0: not yet: nothing sent) */
     size_t sent;
     int status;                    /* HTTP status of the body (non-stream) */
     /* n > 1: choices in other slots, forked from the first's processed prompt (serve_api.c) */
@@ -174,6 +179,7 @@ typedef struct srv {
     /* the connections (serve_door.c), under mu */
     unsigned max_conns, max_conns_per_ip;   /* --max-conns, --max-conns-per-ip */
     unsigned header_timeout_s;     /* a request's headers must arrive within this */
+    double keepalive_s;            /* a stream silent this long gets its API's keep-alive (SRV_KEEPALIVE_S) */
     char *tls_cert, *tls_key;      /* --tls-cert, --tls-key: the PEM files' contents (NULL: plain HTTP) */
     srv_sock *socks;               /* every open connection */
     unsigned n_socks;
@@ -259,6 +265,8 @@ typedef struct srv_api_ops {
     void (*end)(run_ctx *r, const k3_chat_stats *all, json_t *k3);
     void (*fail)(run_ctx *r, int status, const char *msg);    /* the answer failed after it was accepted */
     char *(*error_json)(int status, const char *msg);          /* an error body in this API's shape (malloc'd) */
+    const char *keepalive;                                     /* a stream's keep-alive: an SSE comment, or the
+                                                                  API's own ping event */
     void (*free_state)(void *state);
 } srv_api_ops;
 

@@ -730,5 +730,5 @@ static void msg_fail(run_ctx *r, int status, const char *msg)
 const srv_api_ops srv_api_messages = {
     .name = "messages", .to_chat = to_chat, .adjust = adjust, .begin = msg_begin, .start = msg_start,
     .text = msg_text, .call = msg_call, .choice = msg_choice, .end = msg_end, .fail = msg_fail,
-    .error_json = msg_error_json, .free_state = free,
+    .error_json = msg_error_json, .free_state = free, .keepalive = "event: ping\ndata: {\"type\": \"ping\"}\n\n",
 };

@@ -1021,5 +1021,5 @@ static void rs_fail(run_ctx *r, int status, const char *msg)
 const srv_api_ops srv_api_responses = {
     .name = "responses", .to_chat = to_chat, .adjust = adjust, .begin = rs_begin, .start = rs_start,
     .text = rs_text, .call = rs_call, .choice = rs_choice, .end = rs_end, .fail = rs_fail,
-    .error_json = srv_api_error_json, .free_state = state_free,
+    .error_json = srv_api_error_json, .free_state = state_free, .keepalive = ": keep-alive\n\n",
 };

@@ -422,6 +422,41 @@ class ServeMessages(unittest.TestCase, Grammar):
             self.assertEqual(srv.stop(), 0, srv.stderr())
 
 
+class ServeKeepAlive(unittest.TestCase):
+    """A stream that has begun and then sends nothing for a while (a long prompt being processed)
+    gets its API's keep-alive: Anthropic's ping event, an SSE comment for the OpenAI APIs; the
+    answer is the one without them. The interval, 15 s, is 20 ms here (K3_TEST_KEEPALIVE_MS)."""
+
+    def test_keepalive(self):
+        work = os.path.join(TMP, "k3run-serve-messages")
+        os.makedirs(work, exist_ok=True)
+        pack = kjv_pack(work)
+        long = " ".join(["And the LORD spake unto Moses, saying, Speak unto the children of Israel."] * 90)
+        srv = Server(pack, ["-t", "1", "--snapshots", "0"], env={"K3_TEST_KEEPALIVE_MS": "20"})
+        try:
+            body = {"max_tokens": 12, "temperature": 0, "thinking": {"type": "disabled"},
+                    "messages": [{"role": "user", "content": long}]}
+            st, evs = events(srv, body)
+            self.assertEqual(st, 200, evs)
+            names = [e for e, _ in evs]
+            self.assertEqual(names[0], "message_start")
+            self.assertEqual(names[-1], "message_stop")
+            pings = names.count("ping")
+            st, _, whole = srv.post(MSG, body)
+            text = "".join(d["delta"].get("text", "") for e, d in evs if e == "content_block_delta")
+            self.assertEqual(text, json.loads(whole)["content"][0]["text"])
+            st, _, data = srv.post("/v1/chat/completions", {"max_tokens": 12, "temperature": 0, "stream": True,
+                                                             "reasoning_effort": "none",
+                                                             "messages": [{"role": "user", "content": long + " 2"}]})
+            comments = data.decode().count(": keep-alive\n\n")
+            print("a %d-byte prompt streamed: %d pings (1 is message_start's), %d keep-alive comments"
+                  % (len(long), pings, comments))
+            self.assertGreater(pings, 1, "no ping while the prompt was processed")
+            self.assertGreater(comments, 0)
+        finally:
+            self.assertEqual(srv.stop(), 0)
+
+
 class ServeMessagesKey(unittest.TestCase):
     def test_api_key(self):
         """x-api-key as Anthropic's clients send it (or Bearer); a wrong or missing key: 401 in
@@ -464,7 +499,8 @@ class ServeMessagesSdk(unittest.TestCase):
                 "tool_call": tool_call, "tool_result": RESULT, "answer_max_tokens": 50,
                 "bad": {"model": MODEL, "max_tokens": 5, "messages": [{"role": "user", "content": [
                     {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA=="}}]}]}}
-        srv = Server(pack, ["-t", "1"])
+        # keep-alives every 3 ms: ping events among the SDK's streams, which it must take in its stride
+        srv = Server(pack, ["-t", "1"], env={"K3_TEST_KEEPALIVE_MS": "3"})
         scripted = Server(pack, ["-t", "1"], env={"K3_TEST_ANSWER": TOOL_ANSWER})
         try:
             spec["base_url"], spec["tool_url"] = srv.url(), scripted.url()

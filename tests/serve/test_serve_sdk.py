@@ -53,7 +53,8 @@ class TestSdk(unittest.TestCase):
         spec["tool_call"] = {"model": "k3-kjv.k3pack", "messages": msgs(("user", "Quote Genesis 1:1.")),
                              "tools": TOOLS, "reasoning_effort": "none", "max_tokens": 60}
         spec["tool_result"] = "In the beginning God created the heaven and the earth."
-        srv = Server(pack, ["-t", "2"])
+        # keep-alives every 3 ms: SSE comments among the SDK's streams, which it must take in its stride
+        srv = Server(pack, ["-t", "2"], env={"K3_TEST_KEEPALIVE_MS": "3"})
         scripted = Server(pack, ["-t", "1"], env={"K3_TEST_ANSWER": TOOL_ANSWER})
         try:
             spec["base_url"] = srv.url("/v1")
