@@ -166,11 +166,9 @@ static k3_err feed(k3_chat *c, const int32_t *ids, uint32_t n, k3_diag *d)
     return K3_OK;
 }
 
-/* Where prompt[0 .. n) can start from: *lcp (in) the held ids it shares, (out) lowered by one where
-   it holds the whole prompt and more; returns the kept state to restore (NULL: none, from 0) when
-   *lcp is below the model's position, else the model's own state serves (*restore 0). */
-static const k3_model_snap *start_state(const k3_chat *c, const int32_t *p, uint32_t n, uint32_t *lcp_out,
-                                        int *restore)
+/* Where prompt[0 .. n) can start from: *restore 0 when the model's own state serves (it holds a
+   prefix of the prompt), else 1 and the kept state to restore (NULL: none, from 0). */
+static const k3_model_snap *start_state(const k3_chat *c, const int32_t *p, uint32_t n, int *restore)
 {
     uint32_t pos = k3_model_pos(c->m), lcp = 0;
     while (lcp < pos && lcp < n && c->held[lcp] == p[lcp]) lcp++;
@@ -178,7 +176,6 @@ static const k3_model_snap *start_state(const k3_chat *c, const int32_t *p, uint
        snapshot taken at n keeps (an identical prompt resent); else process the last token again */
     int whole = lcp == n && pos > n;
     if (lcp == n && pos > n) lcp = n - 1;
-    *lcp_out = lcp;
     *restore = lcp < pos;
     if (!*restore) return NULL;
     const k3_model_snap *best = NULL;
@@ -194,9 +191,8 @@ static const k3_model_snap *start_state(const k3_chat *c, const int32_t *p, uint
 
 uint32_t k3_chat_cached_for(const k3_chat *c, const int32_t *p, uint32_t n)
 {
-    uint32_t lcp;
     int restore;
-    const k3_model_snap *best = start_state(c, p, n, &lcp, &restore);
+    const k3_model_snap *best = start_state(c, p, n, &restore);
     return !restore ? k3_model_pos(c->m) : best ? k3_model_snap_pos(best) : 0;
 }
 
@@ -206,9 +202,9 @@ uint32_t k3_chat_cached_for(const k3_chat *c, const int32_t *p, uint32_t n)
 static k3_err sync_prompt(k3_chat *c, const int32_t *p, uint32_t n, uint32_t n_system, uint32_t *cached,
                           k3_diag *d)
 {
-    uint32_t pos = k3_model_pos(c->m), lcp;
+    uint32_t pos = k3_model_pos(c->m);
     int restore;
-    const k3_model_snap *best = start_state(c, p, n, &lcp, &restore);
+    const k3_model_snap *best = start_state(c, p, n, &restore);
     k3_err e;
     if (restore) {
         /* below the prefix, the cache rows under it are about to be written again */
