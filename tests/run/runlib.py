@@ -94,15 +94,20 @@ def k3run(args, env=None, check=True, stdin=None):
     return run([os.path.join(BIN, "k3run")] + args, env=env, check=check, stdin=stdin)
 
 
-def minimum_budget(pack, batch=None):
-    """The planner's minimum budget for PACK, in bytes, from k3run's own refusal of 1M
-    (exit 2, the message states the minimum): -b auto's (batch 1's), or that of prompt passes
-    of `batch` tokens (at batch 1's minimum every prompt token is a pass of its own)."""
+def refused_minimum(args):
+    """The planner's minimum budget in bytes for `k3run ARGS`, from its own refusal of --budget 1M
+    (exit 2, the message states the minimum)."""
     import re
-    p = k3run(["-m", pack, "-p", "x", "--budget", "1M"] + (["-b", str(batch)] if batch else []), check=False)
+    p = k3run(args + ["--budget", "1M"], check=False)
     m = re.search(rb"minimum of [0-9.]+ GiB \((\d+) bytes", p.stderr)
     assert p.returncode == 2 and m, p.stderr
     return int(m.group(1))
+
+
+def minimum_budget(pack, batch=None):
+    """The planner's minimum budget for PACK: -b auto's (batch 1's), or that of prompt passes of
+    `batch` tokens (at batch 1's minimum every prompt token is a pass of its own)."""
+    return refused_minimum(["-m", pack, "-p", "x"] + (["-b", str(batch)] if batch else []))
 
 
 def k3ref(args):

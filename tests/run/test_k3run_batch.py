@@ -10,11 +10,10 @@ short."""
 
 import json
 import os
-import re
 import subprocess
 import unittest
 
-from runlib import BIN, CANON_PROMPT, TMP, k3run, kjv_pack, make_pack
+from runlib import BIN, CANON_PROMPT, TMP, k3run, kjv_pack, make_pack, refused_minimum
 
 SANITIZED = os.environ.get("K3_SANITIZED") == "1"
 SAMPLING = ["--temp", "0.9", "--top-p", "0.95", "--seed", "5"]
@@ -22,11 +21,8 @@ BATCHES = ("1", "7", "auto", "512")
 
 
 def minimum(pack, extra):
-    """the planner's minimum for PACK with EXTRA options, from k3run's refusal of 1M (exit 2)"""
-    p = k3run(["-m", pack, "-p", "x", "--budget", "1M"] + extra, check=False)
-    m = re.search(rb"minimum of [0-9.]+ GiB \((\d+) bytes", p.stderr)
-    assert p.returncode == 2 and m, p.stderr
-    return int(m.group(1))
+    """the planner's minimum for PACK with EXTRA options (runlib.refused_minimum)"""
+    return refused_minimum(["-m", pack, "-p", "x"] + extra)
 
 
 class BatchCase:

@@ -16,7 +16,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "run"))
-from runlib import BIN, SRC, TMP, kjv_pack, make_pack  # noqa: E402,F401
+from runlib import BIN, SRC, TMP, kjv_pack, make_pack, refused_minimum  # noqa: E402,F401
 
 START_SECONDS = 60
 STOP_SECONDS = 20

@@ -19,7 +19,7 @@ import threading
 import time
 import unittest
 
-from servelib import BIN, Server, kjv_pack, make_pack, TMP
+from servelib import BIN, Server, kjv_pack, make_pack, refused_minimum, TMP
 
 SANITIZED = os.environ.get("K3_SANITIZED") == "1"
 
@@ -28,11 +28,7 @@ def parallel_minimum(pack, S, draft=0):
     """The planner's minimum budget for S slots on PACK, from the server's own refusal of 1M; with
     draft, the least above it (in steps of 256 KiB) whose plan has room for the verify pass of
     `draft` drafted tokens (at the minimum itself the planner leaves drafting out)."""
-    p = subprocess.run([os.path.join(BIN, "k3run"), "serve", "-m", pack, "--parallel", str(S), "--budget", "1M",
-                        "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
-    m = re.search(rb"minimum of [0-9.]+ GiB \((\d+) bytes", p.stderr)
-    assert p.returncode == 2 and m, p.stderr
-    b = int(m.group(1))
+    b = refused_minimum(["serve", "-m", pack, "--parallel", str(S), "--port", "0"])
     for _ in range(64 if draft else 0):
         q = subprocess.run([os.path.join(BIN, "k3inspect"), "--plan", "--parallel", str(S), "--budget", str(b),
                             "--draft", str(draft), "--json", pack], stdout=subprocess.PIPE, check=True, timeout=60)
