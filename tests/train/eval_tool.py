@@ -7,7 +7,7 @@ harness (tests/serve/test_serve_agent.py: k3run serve and the openai SDK's tool 
 --train: 20 references from the training books instead of the 40 held-out ones (whether the task
 is learned at all, apart from copying a name never seen); --greedy: temperature 0 instead of the
 model's defaults. Prints each question, the call and whether the answer quotes the verse, then the
-figures as JSON."""
+figures as JSON; WORK/eval.json keeps every reference and run whole."""
 import json, os, random, sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "serve"))
@@ -30,4 +30,6 @@ got = agent.run_agent(pack, refs, work, dict({"seed": 1}, **({"temperature": 0} 
 for r, g in zip(refs, got):
     print("%-50s call %-55s %s" % (r["q"][:50], g["calls"][0]["arguments"] if g["calls"] else "-",
                                    "quoted" if g["answer"] and r["text"] in g["answer"] else "MISSED"))
+with open(os.path.join(work, "eval.json"), "w") as fh:
+    json.dump({"refs": refs, "runs": got}, fh, indent=1)
 print(json.dumps(agent.figures(refs, got)))

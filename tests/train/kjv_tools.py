@@ -187,13 +187,29 @@ def invented(rnd, names):
     return n
 
 
-def tool_conversations(verses, n, seed, invent=0.0, others=3):
+def spliced(rnd, verses, like):
+    """A verse no book holds: runs of 2 to 6 words cut from random verses and joined until it is as
+    long as the verse `like`, starting with a capital letter. Nothing remembered predicts it past
+    its runs, so only copying it from the tool's answer quotes it."""
+    want, out = len(like.split()), []
+    while len(out) < want:
+        w = verses[rnd.randrange(len(verses))][3].split()
+        k = rnd.randint(2, 6)
+        i = rnd.randrange(max(1, len(w) - k + 1))
+        out += w[i:i + k]
+    out = out[:max(want, 3)]
+    out[0] = out[0][:1].upper() + out[0][1:]
+    return " ".join(out)
+
+
+def tool_conversations(verses, n, seed, invent=0.0, others=3, splice=False):
     """n chat requests (dict: messages, tools, options) about the given (training) verses.
 
     invent: the share that ask for a verse of a book the KJV lacks (a name from invented()) that the
     tool answers with the text of another verse, picked at random: nothing the model remembers
     gives that call or that quote, only copying them from the question and the tool's answer does.
-    others: at most this many other tools declared beside lookup_verse."""
+    others: at most this many other tools declared beside lookup_verse.
+    splice: the tool answers every lookup with spliced() text instead of the verse."""
     rnd = random.Random(seed)
     names = invented_names(verses) if invent else []
     out = []
@@ -238,6 +254,8 @@ def tool_conversations(verses, n, seed, invent=0.0, others=3):
                 result = "error: no book named %s in the King James Bible" % b
                 answer = "The King James Bible has no book named %s." % b
             else:
+                if splice:
+                    t = spliced(rnd, verses, t)
                 result, answer = t, quote(rnd, refs, t)
             msgs.append({"role": "tool", "tool_call_id": call_id, "content": result})
             a2 = {"role": "assistant", "content": answer}

@@ -15,6 +15,9 @@ copies) until every token is copied. Phase M ($PM steps, default 1000), each ste
     its call, its answer): the rest is the declaration, the question and the tool's answer, which
     the model reads and need not predict;
   - 4 copy windows of 128 at a third of the weight, so copying is kept while the rest is learnt;
+  - from step $QSTART of phase M on (default 760), 2 of the 3 tool conversations have the tool
+    answer with spliced text (kjv_tools.spliced: runs of words of random verses), which only
+    copying quotes: at step 720 the run called right but never quoted a held-out verse whole;
 cosine 3e-3 -> 1e-4, fake MXFP4 in the last fifth. Saves WORK/state.pt every 20 steps (a rerun
 resumes); EXPORT=1 writes WORK/out from the saved state and stops; at the end WORK/out is the
 checkpoint. Every batch is a function of the step alone."""
@@ -30,6 +33,8 @@ import copy_probe, export, k3torch, kjv_data, kjv_tools, train, xtml, kimi_token
 DATA, WORK = sys.argv[1], sys.argv[2]
 PM = int(os.environ.get("PM", 1000))
 N_TOOL = 12000                                      # tool conversations made (seed 1001)
+N_SPLICED = 4000                                    # ... whose tool answers spliced text (seed 1002)
+QSTART = int(os.environ.get("QSTART", 760))         # phase M step from which 2 of 3 are spliced
 SHIPPED = os.path.join(HERE, "..", "models", "k3-kjv")
 TOK = os.environ.get("TOK") or SHIPPED
 torch.set_num_threads(int(os.environ.get("THREADS", 2))); torch.manual_seed(1)
@@ -65,23 +70,36 @@ def spans(req):
     return np.array(full, np.int64), mask
 
 
-tc = WORK + "/tools.npz"                            # the tool conversations' ids and masks, made once
-if not os.path.exists(tc):
-    reqs = kjv_tools.tool_conversations(kjv_data.train_books(kjv_data.read_bible()), N_TOOL, 1001, invent=0.5, others=2)
-    sv = [x for x in map(spans, reqs) if x is not None and len(x[0]) <= 1025]
-    np.savez(tc, ids=np.concatenate([x[0] for x in sv]), mask=np.concatenate([x[1] for x in sv]),
-             cuts=np.cumsum([len(x[0]) for x in sv])[:-1])
-z = np.load(tc)
-sft = list(zip(np.split(z["ids"], z["cuts"]), np.split(z["mask"], z["cuts"])))
-print("%d tool conversations, %.0f ids on average" % (len(sft), np.mean([len(x[0]) for x in sft])), flush=True)
+def tool_set(path, n, seed, splice):
+    """[(ids, mask)]: kjv_tools' conversations as spans(), made once and kept in path."""
+    if not os.path.exists(path):
+        reqs = kjv_tools.tool_conversations(kjv_data.train_books(kjv_data.read_bible()), n, seed,
+                                            invent=0.5, others=2, splice=splice)
+        sv = [x for x in map(spans, reqs) if x is not None and len(x[0]) <= 1025]
+        np.savez(path, ids=np.concatenate([x[0] for x in sv]), mask=np.concatenate([x[1] for x in sv]),
+                 cuts=np.cumsum([len(x[0]) for x in sv])[:-1])
+    z = np.load(path)
+    out = list(zip(np.split(z["ids"], z["cuts"]), np.split(z["mask"], z["cuts"])))
+    print("%s: %d tool conversations, %.0f ids on average" % (os.path.basename(path), len(out),
+          np.mean([len(x[0]) for x in out])), flush=True)
+    return out
+
+
+sft = tool_set(WORK + "/tools.npz", N_TOOL, 1001, False)
+sfq = tool_set(WORK + "/tools-spliced.npz", N_SPLICED, 1002, True)
 docs, n_ch = train.documents(DATA, tok, WORK + "/docs.npz")
 lang = train.Batches(docs, n_ch, 1, 6, 256, "stream")
 
 
 def tool_batch(step, n=3):
-    """(ids [n, L], mask [n, L-1]): n tool conversations padded to the longest; mask on the targets."""
+    """(ids [n, L], mask [n, L-1]): n tool conversations padded to the longest; mask on the targets.
+    From phase M's step QSTART on, 2 of the n are spliced ones."""
     r = np.random.Generator(np.random.PCG64([3, step]))
-    pick = [sft[i] for i in r.choice(len(sft), n, replace=False)]
+    if step - st["b0"] <= QSTART:
+        pick = [sft[i] for i in r.choice(len(sft), n, replace=False)]
+    else:
+        pick = [sft[i] for i in r.choice(len(sft), n - 2, replace=False)]
+        pick += [sfq[i] for i in r.choice(len(sfq), 2, replace=False)]
     L = max(len(x[0]) for x in pick)
     ids = torch.zeros(n, L, dtype=torch.int64); msk = torch.zeros(n, L - 1)
     for i, (x, mk) in enumerate(pick):
