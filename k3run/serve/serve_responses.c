@@ -38,6 +38,17 @@
 #define RESP_STORE_N 256
 #define RESP_STORE_BYTES ((size_t)64 << 20)
 
+/* The byte bound: RESP_STORE_BYTES, or K3_TEST_STORE_BYTES for the tests (which cannot send 64 MiB). */
+static size_t store_cap(void)
+{
+    static size_t cap;
+    if (!cap) {
+        const char *t = getenv("K3_TEST_STORE_BYTES");
+        cap = t && atoll(t) > 0 ? (size_t)atoll(t) : RESP_STORE_BYTES;
+    }
+    return cap;
+}
+
 typedef struct stored {
     char id[48];                   /* "resp_...", "" when deleted */
     char *conv;                    /* the conversation: a JSON array of chat messages */
@@ -67,9 +78,10 @@ static void store_drop_oldest(void)
 static void store_put(const char *id, char *conv, char *resp)
 {
     size_t bytes = strlen(conv) + strlen(resp);
-    if (bytes > RESP_STORE_BYTES) { free(conv); free(resp); return; }
     pthread_mutex_lock(&store.mu);
-    while (store.n && (store.n == RESP_STORE_N || store.bytes + bytes > RESP_STORE_BYTES)) store_drop_oldest();
+    size_t cap = store_cap();
+    if (bytes > cap) { pthread_mutex_unlock(&store.mu); free(conv); free(resp); return; }
+    while (store.n && (store.n == RESP_STORE_N || store.bytes + bytes > cap)) store_drop_oldest();
     stored *e = &store.e[(store.head + store.n++) % RESP_STORE_N];
     snprintf(e->id, sizeof e->id, "%s", id);
     e->conv = conv;

@@ -346,6 +346,26 @@ class Responses(unittest.TestCase):
         st, r = self.post({"input": Q2, "previous_response_id": ids[1], "max_output_tokens": 1, "temperature": 0})
         self.assertEqual((st, r["previous_response_id"]), (200, ids[1]))
 
+    def test_store_byte_bound(self):
+        """The store's other bound, 64 MiB (9,000 bytes here, K3_TEST_STORE_BYTES): entries of about
+        3,500 bytes each, the third pushes out the first though far fewer than 256 are kept; an
+        answer larger than the bound is not kept (a 404) and pushes out nothing"""
+        srv = Server(self.pack, ["-t", "1"], env={"K3_TEST_STORE_BYTES": "9000"})
+        try:
+            ids = []
+            for i, n in enumerate((50, 50, 50, 200)):        # VERSE is 55 bytes: inputs of 2.8 and 11 KB
+                st, r = self.post({"input": "%d. %s" % (i, " ".join([VERSE] * n)), "max_output_tokens": 1,
+                                   "temperature": 0}, srv=srv)
+                self.assertEqual(st, 200, r)
+                ids.append(r["id"])
+            got = [srv.request("GET", RESP + "/" + i)[0] for i in ids]
+            self.assertEqual(got, [404, 200, 200, 404], srv.stderr())
+            st, e = self.post({"input": Q2, "previous_response_id": ids[0], "max_output_tokens": 1}, srv=srv)
+            self.assertEqual(st, 404, e)
+            self.assertIn("at most 64 MiB", e["error"]["message"])
+        finally:
+            self.assertEqual(srv.stop(), 0, srv.stderr())
+
     def test_truncation(self):
         """a conversation longer than the context: refused, or its oldest turns dropped with "auto\""""
         turns = []
