@@ -245,6 +245,7 @@ static enum MHD_Result api_post(srv *s, conn *k, struct MHD_Connection *c)
     }
     j->refs = 2;
     j->state = SRV_QUEUED;
+    if (j->stream) j->t_out = k3_now();     /* its headers go now: a queued stream is kept alive too */
     s->queue[(s->q_head + s->q_n++) % s->ring] = j;
     s->active++;
     pthread_cond_broadcast(&s->cv);

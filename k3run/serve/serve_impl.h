@@ -90,7 +90,7 @@ typedef struct srv_job {
     volatile sig_atomic_t cancel;  /* the client went away, or the server stops */
     srv_buf out;                   /* stream: events not yet sent (from `sent`); else the whole body */
     double last_wake;              /* when the connection's thread was last woken for new output */
-    double t_out;                  /* stream: when its output last grew (0: not yet: nothing sent) */
+    double t_out;                  /* stream: when its output last grew, or it was queued (0: neither) */
     size_t sent;
     int status;                    /* HTTP status of the body (non-stream) */
     /* n > 1: choices in other slots, forked from the first's processed prompt (serve_api.c) */

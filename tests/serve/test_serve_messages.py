@@ -17,6 +17,8 @@ import json
 import os
 import shutil
 import subprocess
+import threading
+import time
 import unittest
 
 from servelib import BIN, Server, TMP, k3run_chat, kjv_pack, make_pack, need
@@ -455,6 +457,41 @@ class ServeKeepAlive(unittest.TestCase):
             self.assertGreater(comments, 0)
         finally:
             self.assertEqual(srv.stop(), 0)
+
+
+    def test_keepalive_queued(self):
+        """A stream waiting in the queue behind another conversation is kept alive too (its headers
+        went out when it was queued; a client or proxy timing out idle reads would drop it): pings
+        before its message_start, and the same answer as sent alone"""
+        work = os.path.join(TMP, "k3run-serve-messages")
+        os.makedirs(work, exist_ok=True)
+        pack = kjv_pack(work)
+        srv = Server(pack, ["-t", "1", "--snapshots", "0"], env={"K3_TEST_KEEPALIVE_MS": "20"})
+        try:
+            first = {"prompt": "Genesis 1\n1 In the beginning", "max_tokens": 600, "temperature": 0}
+            done = []
+            th = threading.Thread(target=lambda: done.append(srv.post("/v1/completions", first)))
+            th.start()
+            for _ in range(500):
+                if json.loads(srv.request("GET", "/health")[2])["slots_busy"]:
+                    break
+                time.sleep(0.002)
+            body = {"max_tokens": 12, "temperature": 0, "thinking": {"type": "disabled"},
+                    "messages": [{"role": "user", "content": Q1}]}
+            st, evs = events(srv, body)
+            th.join()
+            self.assertEqual((st, done[0][0]), (200, 200), (evs, done))
+            names = [e for e, _ in evs]
+            queued = names.index("message_start")
+            print("a stream queued behind a 600-token answer: %d pings before its message_start" % queued)
+            self.assertGreater(queued, 0, names)
+            self.assertEqual(set(names[:queued]), {"ping"})
+            self.assertEqual(names[-1], "message_stop")
+            st, _, whole = srv.post(MSG, body)
+            text = "".join(d["delta"].get("text", "") for e, d in evs if e == "content_block_delta")
+            self.assertEqual(text, json.loads(whole)["content"][0]["text"])
+        finally:
+            self.assertEqual(srv.stop(), 0, srv.stderr())
 
 
 class ServeMessagesKey(unittest.TestCase):
