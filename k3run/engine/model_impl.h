@@ -11,6 +11,7 @@
 #include "model.h"
 #include "dist.h"
 #include "model_shape.h"
+#include "attn.h"          /* k3v_dot */
 
 typedef struct kda_state {
     float *win;                   /* [3][C][W-1] last pre-conv q, k, v inputs, oldest first */
@@ -129,7 +130,6 @@ static inline const k3_model *k3_cowner(const k3_model *m) { return m->owner ? m
 k3_err k3_model_commit_now(k3_model *h, uint32_t n, k3_diag *d);
 
 /* Fixed-order helpers (model_ops.c). The same code runs on every ISA. */
-float k3v_dot(const float *a, const float *b, uint32_t n);     /* 8 lanes, fixed tree */
 double k3v_sumsq(const float *a, uint32_t n);                   /* in order, double */
 /* y[i] = w[i] * (x[i] * r), r = 1/sqrt(mean(x^2) + eps); w may be NULL (no weight) */
 void k3v_rmsnorm(float *y, const float *x, const float *w, uint32_t n, float eps);

@@ -10,19 +10,6 @@
 #include "k3_math.h"
 #include "k3_par.h"
 
-float k3v_dot(const float *a, const float *b, uint32_t n)
-{
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    uint32_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int l = 0; l < 8; l++) acc[l] += a[i + l] * b[i + l];
-    for (int l = 0; i < n; i++, l++) acc[l] += a[i] * b[i];
-    float s4[4], s2[2];
-    for (int l = 0; l < 4; l++) s4[l] = acc[l] + acc[l + 4];
-    for (int l = 0; l < 2; l++) s2[l] = s4[l] + s4[l + 2];
-    return s2[0] + s2[1];
-}
-
 double k3v_sumsq(const float *a, uint32_t n)
 {
     double s = 0;

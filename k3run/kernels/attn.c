@@ -81,8 +81,7 @@ void k3_mla_qhat(int isa, float *ql, const float *qn, const uint16_t *w, size_t 
     }
 }
 
-/* k3v_dot's order (engine/model_ops.c), transcribed: the kernels room cannot call the engine */
-static float dot8(const float *a, const float *b, uint32_t n)
+float k3v_dot(const float *a, const float *b, uint32_t n)
 {
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     uint32_t i = 0;
@@ -102,7 +101,7 @@ void k3_mla_scores(int isa, float *s, size_t lds, const float *ql, size_t ldq, c
     if (use_avx2(isa)) { k3_mla_scores_avx2(s, lds, ql, ldq, qr, ldqr, nh, cc, ckr, t0, t1, R, dr, scale); return; }
     for (uint32_t h = 0; h < nh; h++)
         for (uint32_t tau = t0; tau < t1; tau++)
-            s[h * lds + tau] = (dot8(ql + h * ldq, cc + (size_t)tau * R, R) + dot8(qr + h * ldqr, ckr + (size_t)tau * dr, dr)) * scale;
+            s[h * lds + tau] = (k3v_dot(ql + h * ldq, cc + (size_t)tau * R, R) + k3v_dot(qr + h * ldqr, ckr + (size_t)tau * dr, dr)) * scale;
 }
 
 void k3_mla_softmax(int isa, float *s, uint32_t n)

@@ -40,10 +40,16 @@ void k3_kda_tokens(int isa, float *S, uint32_t K, uint32_t T, const float *e, co
 void k3_mla_qhat(int isa, float *ql, const float *qn, const uint16_t *w, size_t ldw, uint32_t dn, uint32_t R);
 
 /*
+ * k3v_dot: sum of a[i] * b[i], i < n, in one fixed order: 8 lanes from +0, element i into lane
+ * i % 8 in increasing i (acc = acc + a*b, no fused multiply-add), then (l0+l4, l1+l5, l2+l6,
+ * l3+l7), then (0+2, 1+3), then 0+1. a, b: [n]. The engine's attention scores use it too.
+ */
+float k3v_dot(const float *a, const float *b, uint32_t n);
+
+/*
  * k3_mla_scores: for heads h < nh and positions t0 <= tau < t1,
  *     s[h][tau] = (dot(ql[h], cc[tau], R) + dot(qr[h], ckr[tau], dr)) * scale
- * where dot is k3v_dot's order (engine/model_ops.c): 8 lanes from +0, element i into lane i % 8
- * in increasing i (acc = acc + a*b), then (l0+l4, l1+l5, l2+l6, l3+l7), then (0+2, 1+3), then 0+1.
+ * where dot is k3v_dot (above).
  * s: head h at s + h * lds; ql: [nh] x [R] at ldq; qr: [nh] x [dr] at ldqr; cc: [t1][R];
  * ckr: [t1][dr]. Every score is one independent computation: any split of heads or positions
  * (between threads) gives the same bits.

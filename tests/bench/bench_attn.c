@@ -37,7 +37,7 @@
 #include "k3_shard.h"
 #include "kern.h"
 
-float k3v_dot(const float *a, const float *b, uint32_t n);   /* engine/model_ops.c */
+float k3v_dot(const float *a, const float *b, uint32_t n);   /* kernels/attn.c */
 
 static double now(void)
 {

@@ -1,7 +1,8 @@
 /*
  * test_attn.c - the attention arithmetic of kernels/attn.h gives, on the scalar path and on the
  * AVX2 path, exactly the bits of the code it replaced in engine/model_attn.c, transcribed here
- * literally (kda_step with its separate passes and the o loop; q_hat; scores with k3v_dot; the
+ * literally (kda_step with its separate passes and the o loop; q_hat; scores with ref_dot, the
+ * order attn.h specifies for k3v_dot, written out here; the
  * values loop). Random inputs of ordinary size, inputs whose products underflow into subnormals
  * and -0, and inputs sprinkled with NaN, +-inf, +-0, subnormals and huge values; sizes 1..40 and
  * the model's (not multiples of 8 included), several tokens with a stride, every column block
@@ -16,7 +17,17 @@
 #include "k3_math.h"
 #include "kern.h"
 
-float k3v_dot(const float *a, const float *b, uint32_t n);   /* engine/model_ops.c */
+/* attn.h's dot order, from its words: lane i % 8 of 8 from +0 in increasing i, then the fixed tree */
+static float ref_dot(const float *a, const float *b, uint32_t n)
+{
+    float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (uint32_t i = 0; i < n; i++) {
+        float p = a[i] * b[i];
+        l[i % 8] = l[i % 8] + p;
+    }
+    float m0 = l[0] + l[4], m1 = l[1] + l[5], m2 = l[2] + l[6], m3 = l[3] + l[7];
+    return (m0 + m2) + (m1 + m3);
+}
 
 static uint64_t state = 0x9E3779B97F4A7C15ull;
 static uint32_t rnd(void)
@@ -139,7 +150,7 @@ static void mla_case(int isa, uint32_t R, uint32_t dr, uint32_t n, uint32_t dn, 
             for (uint32_t r = 0; r < R; r++) ql[r] = ql[r] + QN[h * DNMAX + d] * ref_bf16(w[d * ldw + r]);
         k3_mla_qhat(isa, QL_x + h * LDQ, QN + h * DNMAX, w, ldw, dn, R);
         for (uint32_t tau = 0; tau < n; tau++)
-            S_ref[h * LDS + tau] = (k3v_dot(ql, CC + (size_t)tau * R, R) + k3v_dot(QR + h * LDQ, CKR + (size_t)tau * dr, dr)) * scale;
+            S_ref[h * LDS + tau] = (ref_dot(ql, CC + (size_t)tau * R, R) + ref_dot(QR + h * LDQ, CKR + (size_t)tau * dr, dr)) * scale;
     }
     for (uint32_t h = 0; h < nh; h++) cmp(QL_x + h * LDQ, QL_ref + h * LDQ, R, isa ? "qhat avx2" : "qhat scalar", R, dn);
     uint32_t a = rnd() % (n + 1), c = rnd() % 3 ? rnd() % (R + 1) : R / 16 * 8;
