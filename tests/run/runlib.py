@@ -104,6 +104,32 @@ def refused_minimum(args):
     return int(m.group(1))
 
 
+def in_memory_cgroup(tc, args, limit):
+    """(CompletedProcess, peak bytes): `k3run ARGS` inside a cgroup v1 memory limit of `limit` bytes,
+    and the cgroup's peak usage. Skips tc where that cannot be: an ASan build (its shadow memory and
+    quarantine are not part of k3run's budget), no writable memory controller, no new cgroup."""
+    import shlex
+    root = "/sys/fs/cgroup/memory"
+    if os.environ.get("K3_SANITIZED") == "1":
+        tc.skipTest("ASan build: its shadow memory and quarantine are not part of k3run's budget")
+    if not os.access(root, os.W_OK):
+        tc.skipTest("cgroup v1 memory controller not writable here (%s)" % root)
+    cg = os.path.join(root, "k3run-test-%d" % os.getpid())
+    try:
+        os.mkdir(cg)
+    except OSError as e:
+        tc.skipTest("cannot create a cgroup: %s" % e)
+    try:
+        with open(os.path.join(cg, "memory.limit_in_bytes"), "w") as f:
+            f.write(str(limit))
+        cmd = "echo $$ > %s/cgroup.procs && exec %s" % (shlex.quote(cg), shlex.join([os.path.join(BIN, "k3run")] + args))
+        p = subprocess.run(["sh", "-c", cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        with open(os.path.join(cg, "memory.max_usage_in_bytes")) as f:
+            return p, int(f.read())
+    finally:
+        os.rmdir(cg)
+
+
 def minimum_budget(pack, batch=None):
     """The planner's minimum budget for PACK: -b auto's (batch 1's), or that of prompt passes of
     `batch` tokens (at batch 1's minimum every prompt token is a pass of its own)."""
