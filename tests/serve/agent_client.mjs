@@ -8,59 +8,9 @@
 // SPEC: {"questions": [{"q": text, "think": true|false}], "request": {extra request fields}}.
 // Per question the document holds the calls made (name, arguments), what the tool returned, the
 // final answer and its finish reason.
-import { execFileSync } from "node:child_process";
 import fs from "node:fs";
 import OpenAI from "openai";
-
-export const LOOKUP = {
-  type: "function",
-  function: {
-    name: "lookup_verse",
-    description: "Look up a verse of the King James Bible by its reference.",
-    parameters: {
-      type: "object",
-      properties: {
-        book: { type: "string", description: 'The book\'s name as the KJV prints it, e.g. "Ruth", "1 Samuel".' },
-        chapter: { type: "integer" },
-        verse: { type: "integer" },
-      },
-      required: ["book", "chapter", "verse"],
-    },
-  },
-};
-
-// The whole KJV as Debian ships it: {book: {chapter: {verse: text}}}.
-function readBible() {
-  const out = execFileSync("bible", ["-l0", "Gen1:1-Rev22:21"], { env: { ...process.env, COLUMNS: "0" },
-                                                                  maxBuffer: 64 << 20 }).toString("utf8");
-  const kjv = {};
-  let book = null, chap = null;
-  for (const line of out.split("\n")) {
-    if (!line.trim()) continue;
-    if (line.startsWith("  ")) {
-      const t = line.trim(), sp = t.indexOf(" ");
-      kjv[book][chap][Number(t.slice(0, sp))] = t.slice(sp + 1).trim();
-    } else {
-      const at = line.lastIndexOf(" ");
-      book = line.slice(0, at);
-      chap = Number(line.slice(at + 1));
-      kjv[book] ??= {};
-      kjv[book][chap] = {};
-    }
-  }
-  return kjv;
-}
-
-// The tool: a verse's text alone, or what is wrong with the reference.
-function lookup(kjv, args) {
-  let a;
-  try { a = JSON.parse(args); } catch { return "error: the arguments are not JSON"; }
-  const b = kjv[a.book];
-  if (!b) return `error: no book named ${a.book} in the King James Bible`;
-  if (!b[a.chapter]) return `error: ${a.book} has no chapter ${a.chapter}`;
-  const v = b[a.chapter][a.verse];
-  return v ?? `error: ${a.book} ${a.chapter} has no verse ${a.verse}`;
-}
+import { LOOKUP, lookup, readBible } from "./kjv_tool.mjs";
 
 async function loop(client, kjv, q, think, extra, show) {
   const messages = [{ role: "user", content: q }];

@@ -2,6 +2,7 @@
 // Reads the requests from the JSON file argv[2]; prints one JSON document with what the SDK got.
 import fs from "node:fs";
 import Anthropic from "@anthropic-ai/sdk";
+import { LOOKUP, lookup, readBible } from "./kjv_tool.mjs";
 
 const spec = JSON.parse(fs.readFileSync(process.argv[2], "utf8"));
 const opts = { apiKey: spec.api_key || "none", maxRetries: 0, timeout: 120000 };
@@ -45,6 +46,24 @@ if (spec.tool_url) {
   const answer = await client.messages.create({ ...spec.tool_call, messages: back,
                                                 max_tokens: spec.answer_max_tokens ?? spec.tool_call.max_tokens });
   out.tool_call = { first, streamed, messages: back, answer };
+}
+
+// the demo model's own tool loop: lookup_verse declared in Anthropic's shape, the model's tool_use
+// answered from the King James Bible (kjv_tool.mjs), its tool_result sent back, the model's answer
+if (spec.agent) {
+  const tools = [{ name: LOOKUP.function.name, description: LOOKUP.function.description,
+                   input_schema: LOOKUP.function.parameters }];
+  const req = { ...spec.agent.request, tools, messages: [{ role: "user", content: spec.agent.question }] };
+  const first = await client.messages.create(req);
+  const streamed = await client.messages.stream(req).finalMessage();
+  const kjv = readBible();
+  const uses = first.content.filter((b) => b.type === "tool_use");
+  const results = uses.map((b) => lookup(kjv, JSON.stringify(b.input)));
+  const back = [...req.messages, { role: "assistant", content: first.content },
+                { role: "user", content: uses.map((b, i) => ({ type: "tool_result", tool_use_id: b.id,
+                                                               content: results[i] })) }];
+  const answer = uses.length ? await client.messages.create({ ...req, messages: back }) : null;
+  out.agent = { tools, first, streamed, results, messages: back, answer };
 }
 
 // errors arrive as the SDK's typed errors
