@@ -3,7 +3,8 @@
 `k3run serve --parallel S` with S clients at once, against the same S requests answered one after
 another by one slot (the same bytes: tests/serve/test_serve_parallel.py checks it).
 
-usage: K3_BIN=build/bin tests/bench/bench_parallel.py PACK [--budget SIZE] [-t N] [-n TOKENS] [--slots 1,2,4,8]
+usage: K3_BIN=build/bin tests/bench/bench_parallel.py PACK [--budget SIZE] [--context N] [-t N] [-n TOKENS]
+                                                      [--slots 1,2,4,8] [--rounds R]
 Each request is a completion of -n tokens (greedy, ignoring the end of text is not possible: a
 request that stops early counts its own tokens). Prints one table row per S."""
 
@@ -63,13 +64,15 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("pack")
     ap.add_argument("--budget")
+    ap.add_argument("--context", help="k3run serve --context (each slot's buffers count against the budget)")
     ap.add_argument("-t", default="2")
     ap.add_argument("-n", type=int, default=64)
     ap.add_argument("--slots", default="1,2,4,8")
     ap.add_argument("--rounds", type=int, default=1,
                     help="alternate the two servers this many times and keep each one's best (disk caches warm up)")
     a = ap.parse_args()
-    args = ["-t", a.t, "--draft", "0"] + (["--budget", a.budget] if a.budget else [])
+    args = ["-t", a.t, "--draft", "0"] + (["--budget", a.budget] if a.budget else []) + \
+        (["--context", a.context] if a.context else [])
     print("| S | tokens | one slot, one after another: tok/s | --parallel S: aggregate tok/s | per conversation "
           "tok/s | gain | each client's latency, one slot (the last waits for the others): mean / max s | "
           "--parallel S: mean / max s |")
