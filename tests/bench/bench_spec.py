@@ -89,8 +89,12 @@ def main():
         subprocess.run([os.path.join(a.bin, "k3pack"), "-q", os.path.join(SRC, "tests", "models", "k3-kjv"), "-o",
                         pack], check=True)
     budgets = {}
-    pack_bytes = sum(os.path.getsize(os.path.join(pack, f)) for f in os.listdir(pack)
-                     if os.path.isfile(os.path.join(pack, f)))
+    # the model's bytes: the pack's shards, and the expert records an in-place pack reads from the
+    # checkpoint (k3pack --experts-in-place: not in the pack's directory)
+    with open(os.path.join(pack, "manifest.json")) as f:
+        mf = json.load(f)
+    pack_bytes = sum(x["size"] for x in mf["shards"]) + sum(
+        x["count"] * x["record_size"] for x in mf["expert_layers"] if x.get("source") == "checkpoint")
     for b in a.budgets.split(","):
         if b == "resident":
             budgets[b] = []
