@@ -39,8 +39,8 @@
 #include "serve_cli.h"
 
 #define SRV_FLUSH_MS 20
-/* A stream that has begun and sends nothing for this long (a long prompt being processed: minutes on
-   real K3) gets its API's keep-alive, so that clients and proxies that time out a silent connection
+/* A stream that sends nothing for this long (waiting in the queue, or a long prompt being processed:
+   minutes on real K3) gets its API's keep-alive, so that clients and proxies that time out a silent connection
    keep it (K3_TEST_KEEPALIVE_MS shortens it for the tests). */
 #define SRV_KEEPALIVE_S 15
 #define K3_SERVE_SLOTS_MAX 64      /* --parallel at most */

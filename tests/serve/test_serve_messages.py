@@ -458,7 +458,6 @@ class ServeKeepAlive(unittest.TestCase):
         finally:
             self.assertEqual(srv.stop(), 0)
 
-
     def test_keepalive_queued(self):
         """A stream waiting in the queue behind another conversation is kept alive too (its headers
         went out when it was queued; a client or proxy timing out idle reads would drop it): pings

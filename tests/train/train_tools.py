@@ -24,7 +24,7 @@ copies) until every token is copied. Phase M ($PM steps, default 1000), each ste
 cosine 3e-3 -> 1e-4, fake MXFP4 in the last fifth. Saves WORK/state.pt every 20 steps (a rerun
 resumes); EXPORT=1 writes WORK/out from the saved state and stops; at the end WORK/out is the
 checkpoint. Every batch is a function of the step alone."""
-import json, math, os, random, sys, time
+import math, os, random, sys, time
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import numpy as np
 import torch, torch.nn.functional as F
@@ -74,11 +74,13 @@ def spans(req):
     return np.array(full, np.int64), mask
 
 
+VERSES = kjv_data.train_books(kjv_data.read_bible())   # [(book, chapter, verse, text)] of the training books
+
+
 def tool_set(path, n, seed, splice):
     """[(ids, mask)]: kjv_tools' conversations as spans(), made once and kept in path."""
     if not os.path.exists(path):
-        reqs = kjv_tools.tool_conversations(kjv_data.train_books(kjv_data.read_bible()), n, seed,
-                                            invent=0.5, others=2, splice=splice)
+        reqs = kjv_tools.tool_conversations(VERSES, n, seed, invent=0.5, others=2, splice=splice)
         sv = [x for x in map(spans, reqs) if x is not None and len(x[0]) <= 1025]
         np.savez(path, ids=np.concatenate([x[0] for x in sv]), mask=np.concatenate([x[1] for x in sv]),
                  cuts=np.cumsum([len(x[0]) for x in sv])[:-1])
@@ -111,7 +113,6 @@ def tool_batch(step, n=3):
     return ids, msk
 
 
-VERSES = kjv_data.train_books(kjv_data.read_bible())
 NL = tok.encode("\n")
 
 
@@ -141,6 +142,7 @@ while True:
     A = st["b0"] is None
     if not A and step - st["b0"] > PM:
         break
+    texting = not A and step - st["b0"] > QTEXT
     sy, first = copy_probe.copy_windows(step, 16 if A else 4, 128, 8, 3, ALPHA[:st["k"]])
     if A:
         lr = 3e-3 * min(1.0, step / 20)
@@ -158,7 +160,7 @@ while True:
         ids, msk = tool_batch(step)
         lt = (ce(ids) * msk).sum() / msk.sum()
         loss = ll + lt + ls.mean() / 3
-        if step - st["b0"] > QTEXT:
+        if texting:
             tc, tm = text_copies(step)
             lx = (ce(tc) * tm).sum() / tm.sum()
             loss = loss + lx / 2
@@ -170,7 +172,7 @@ while True:
     if step % 10 == 0 or step == 1:
         print("step %d %s alphabet %d first %.3f repeat %.3f language %.3f tool %.3f%s (%.0f s)"
               % (step, "A" if A else "M", st["k"], lf, lr_, ll.item(), lt.item(),
-                 " text copy %.3f" % lx.item() if not A and step - st["b0"] > QTEXT else "", time.time() - t0), flush=True)
+                 " text copy %.3f" % lx.item() if texting else "", time.time() - t0), flush=True)
     if A and st["avg"] > 1.5:
         if st["k"] < len(ALPHA):
             st["k"] = min(len(ALPHA), 2 * st["k"]); st["avg"] = 0.0
