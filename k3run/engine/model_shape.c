@@ -3,6 +3,7 @@
 
 #include <string.h>
 
+#include "kern.h"                     /* k3_xpack_cols */
 #include "weights.h"                  /* sizeof(k3_expert): the MoE layer's expert handles */
 
 static uint32_t umax(uint32_t a, uint32_t b) { return a > b ? a : b; }
@@ -122,7 +123,7 @@ void k3_model_sizes(const k3_dims *z, uint32_t batch, uint32_t context, int all_
        [B][the widest input of any product]; a model of one token per pass needs none */
     uint32_t xw = umax(umax(umax(z->D, z->C), umax(z->fa_rank, z->ga_rank)),
                        umax(umax(z->Q, z->Hm * z->dv), umax(umax(z->I, z->Ish), umax(z->Ie, z->Dl))));
-    buf(s, K3B_XPK, B >= 2 ? B * xw : 0, 4, 1);
+    buf(s, K3B_XPK, B >= 2 ? B * k3_xpack_cols(xw) : 0, 4, 1);
     uint64_t rows0 = all_logits ? B : (S < B ? S : B);               /* the rows without verify passes */
     if (verify > 1 && rows > rows0) s->verify_bytes += (rows - rows0) * (uint64_t)z->V * 4;
     buf(s, K3B_SEQ_LAST, z->V, 4, (uint32_t)S);

@@ -82,7 +82,9 @@ void k3_matmul_rows(k3_isa isa, const k3_mat *W, const float *x, size_t ldx, uin
  * still read: for the tail of a row whose cols is not a multiple of 16, and for a single token
  * (the matrix-vector kernels do not read xp).
  */
-#define k3_xpack_cols(cols) ((cols) / 16u * 16u)
+/* floats per packed token: the 16-groups and one more, so that the tokens of a tile do not
+   fall into the same L1 sets when cols is a multiple of 1024 (4 KiB apart) */
+#define k3_xpack_cols(cols) ((cols) / 16u * 16u + 16u)
 int k3_xpack(k3_isa isa, const float *x, size_t ldx, uint32_t T, uint32_t cols, float *xp);
 int k3_xpack_used(k3_isa isa, uint32_t cols);   /* k3_xpack would pack (and the path read xp) */
 void k3_matmul_xp(k3_isa isa, const k3_mat *W, const float *x, size_t ldx, const float *xp,
@@ -99,6 +101,10 @@ void k3_kern_rows_avx2(const k3_mat *W, const float *x, size_t ldx, const float 
 void k3_kern_rows_avx512(const k3_mat *W, const float *x, size_t ldx, const float *xp, uint32_t T,
                          float *y, size_t ldy, uint32_t r0, uint32_t r1);
 void k3_xpack_avx2(const float *x, size_t ldx, uint32_t T, uint32_t cols, float *xp);
+/* kern_mm512.c: the AVX-512 matrix-matrix product (T >= 2; xp from k3_xpack_avx512 or NULL) */
+void k3_mm512(const k3_mat *W, const float *x, size_t ldx, const float *xp, uint32_t T, float *y,
+              size_t ldy, uint32_t r0, uint32_t r1);
+void k3_xpack_avx512(const float *x, size_t ldx, uint32_t T, uint32_t cols, float *xp);
 /* k3_mx_table[s][c]: the canonical fp32 weight of MXFP4 element code c (0-15) in a
    block of scale code s, e2m1(c) * 2^(s-127) as kern_scalar.c defines it (-0 for
    code 8, NaN for s = 255); filled before main() runs. [256 scale codes][16 codes] */

@@ -65,7 +65,7 @@ void k3_kern_rows_avx2(const k3_mat *W, const float *x, size_t ldx, const float 
 
 void k3_xpack_avx2(const float *x, size_t ldx, uint32_t T, uint32_t cols, float *xp)
 {
-    for (uint32_t t = 0; t < T; t++) ks_pack_x(xp + (size_t)t * (cols / 16 * 16), x + (size_t)t * ldx, cols / 16);
+    for (uint32_t t = 0; t < T; t++) ks_pack_x(xp + (size_t)t * k3_xpack_cols(cols), x + (size_t)t * ldx, cols / 16);
 }
 
 #undef KS_NR

@@ -234,6 +234,8 @@ void k3_kern_rows_avx512(const k3_mat *W, const float *x, size_t ldx, const floa
         mx_mv(W, x, y, r0, r1);
     else if (T == 1 && W->enc == K3_ENC_Q8 && r0 < r1)
         q8_mv(W, x, y, r0, r1);
+    else if (T >= 2 && xp && r0 < r1)           /* x packed by k3_xpack_avx512 */
+        k3_mm512(W, x, ldx, xp, T, y, ldy, r0, r1);
     else
         ks_rows_avx512(W, x, ldx, xp, T, y, ldy, r0, r1);
 }

@@ -103,7 +103,8 @@ int k3_xpack_used(k3_isa isa, uint32_t cols)
 int k3_xpack(k3_isa isa, const float *x, size_t ldx, uint32_t T, uint32_t cols, float *xp)
 {
     if (!k3_xpack_used(isa, cols)) return 0;
-    k3_xpack_avx2(x, ldx, T, cols, xp);                /* AVX2 instructions: on every vector path */
+    if (isa == K3_ISA_AVX512) k3_xpack_avx512(x, ldx, T, cols, xp);   /* kern_mm512.c's slot order */
+    else k3_xpack_avx2(x, ldx, T, cols, xp);
     return 1;
 }
 

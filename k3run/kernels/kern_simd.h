@@ -49,7 +49,9 @@
 #define KS_SB 32          /* rows per block of the matrix-matrix kernel (= K3_KERN_BLOCK) */
 #define KS_MR 4           /* row vectors per register tile */
 #define KS_RP 4           /* row vectors per panel (a multiple of KS_MR) */
+#ifndef KS_KC
 #define KS_KC 1024        /* columns per panel (a multiple of 32) */
+#endif
 #define KS_TC 32          /* tokens per chunk */
 #ifndef KS_TT
 #error "define KS_TT (tokens per register tile: KS_MR * KS_TT accumulators) before including kern_simd.h"
@@ -619,8 +621,8 @@ static void KS_FN(mmul)(const k3_mat *W, const float *x, size_t ldx, const float
                 uint32_t gn = ng - g0 < KS_KC / 16 ? ng - g0 : KS_KC / 16;
                 uint32_t gnext = g0 + gn, nnext = ng - gnext < KS_KC / 16 ? ng - gnext : KS_KC / 16;
                 int first = g0 == 0;
-                const float *xb = xp ? xp + (size_t)tc0 * ng * 16 + 16 * g0 : &m.xp[0][0];
-                size_t xs = xp ? (size_t)ng * 16 : KS_KC;
+                const float *xb = xp ? xp + (size_t)tc0 * k3_xpack_cols(cols) + 16 * g0 : &m.xp[0][0];
+                size_t xs = xp ? k3_xpack_cols(cols) : KS_KC;
                 if (!xp)
                     for (uint32_t t = 0; t < tc; t++) ks_pack_x(m.xp[t], xt[t] + 16 * g0, gn);
                 for (int v0 = 0; v0 < nv; v0 += KS_RP) {
@@ -678,7 +680,7 @@ KS_INLINE void KS_FN(ft_body)(const k3_mat *W, const float *xp, int T, int R, fl
                               const uint32_t row[][2])
 {
     const uint32_t cols = W->cols, ng = cols / 16;
-    const size_t xs = (size_t)ng * 16;                          /* packed x: floats per token */
+    const size_t xs = k3_xpack_cols(cols);                      /* packed x: floats per token */
     ks_vf a[3][KS_FT][2];                                       /* [row vector][token][slot half] */
     for (int k = 0; k < R; k++)
         for (int t = 0; t < T; t++) a[k][t][0] = a[k][t][1] = ks_zero();
@@ -776,7 +778,7 @@ static void KS_FN(rows)(const k3_mat *W, const float *x, size_t ldx, const float
     else if (T <= KS_FT_MAX && xp && W->enc == K3_ENC_BF16 && W->cols % 16 == 0) {
         /* in parts of at most KS_FT tokens, as even as they come (8: 4 + 4) */
         uint32_t parts = (T + KS_FT - 1) / KS_FT, t0 = 0;
-        const size_t xs = (size_t)(W->cols / 16) * 16;
+        const size_t xs = k3_xpack_cols(W->cols);
         for (uint32_t i = 0; i < parts; i++) {
             uint32_t tn = (T - t0) / (parts - i);
             KS_FN(ft)(W, xp + t0 * xs, tn, y + (size_t)t0 * ldy, ldy, r0, r1);

@@ -248,7 +248,7 @@ static void run_case(int enc, uint32_t rows, uint32_t cols, uint32_t T, int kind
         if (T >= 2 && cols >= 16) {
             float *xp = malloc((size_t)T * k3_xpack_cols(cols) * 4 + 4);    /* [T][cols/16*16] */
             REQUIRE(xp);
-            CHECK(k3_xpack(K3_ISA_AVX2, x, ldx, T, cols, xp) == 1);
+            CHECK(k3_xpack(p == 1 ? K3_ISA_AVX512 : K3_ISA_AVX2, x, ldx, T, cols, xp) == 1);
             for (size_t i = 0; i < T * ldy; i++) got[i] = 1234.5f;
             paths[p].fn(&t.m, x, ldx, xp, T, got, ldy, 0, rows);
             compare(paths[p].name, &t, T, kind, got, want, ldy);

@@ -1,0 +1,266 @@
+/*
+ * kern_mm512.c - the AVX-512 matrix-matrix product (T >= 2 tokens), compiled
+ * with -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -O3.
+ *
+ * One __m512 holds one row's 16 lanes (kern_simd.h's AVX-512 form holds two
+ * half-rows of 8), so a register tile is R rows x TT tokens of whole
+ * accumulators, each x vector a plain 64-byte load and each decoded weight
+ * vector one load. Slot order: slot k < 8 of a 16-group holds element 2k
+ * (canonical lane 2k), slot 8 + k element 2k + 1, the order in which the
+ * MXFP4 nibbles and the BF16 halves of a 32-bit word come apart; x is packed
+ * in it once per product (k3_xpack_avx512) or per chunk here. Each
+ * accumulator takes its row's 16-groups in increasing order, one FMA per
+ * group, and the lanes meet only in the fixed tree after the last column
+ * (docs/KERNELS.md, "AVX-512 matrix-matrix"): the canonical order, so the
+ * bits equal the scalar path's at every T.
+ *
+ * Blocking: the caller's rows [r0, r1) in blocks of MB rows; per block, tokens
+ * in chunks of TC, columns in chunks of KC; per column chunk the block's
+ * rows are decoded in panels of RP rows x KC columns (16 KiB: beside a token
+ * tile's x it stays in L1) and met by every token tile of the chunk. The lane
+ * sums of the block's rows and the chunk's tokens wait in acc between column
+ * chunks.
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "k3_shard.h"
+#include "kern.h"
+
+#define MB 32             /* rows per block (= K3_KERN_BLOCK) */
+#define RP 4              /* rows per panel (one register tile's) */
+#ifndef KC
+#define KC 4096           /* columns per chunk at most (a multiple of 32) */
+#endif
+#define KG (KC / 16)      /* 16-groups per chunk at most */
+#define TC 64             /* tokens per chunk */
+
+/* slot k of a packed 16-group takes element mm_eo[k] */
+static const int32_t mm_eo[16] __attribute__((aligned(64))) = {
+    0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15 };
+/* canonical lane l is slot mm_ls[l] */
+static const int32_t mm_ls[16] __attribute__((aligned(64))) = {
+    0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15 };
+
+/* x [T][ldx] into xp [T][k3_xpack_cols(cols)], each 16-group in slot order */
+void k3_xpack_avx512(const float *x, size_t ldx, uint32_t T, uint32_t cols, float *xp)
+{
+    const __m512i eo = _mm512_load_si512(mm_eo);
+    const uint32_t ng = cols / 16;
+    for (uint32_t t = 0; t < T; t++)
+        for (uint32_t g = 0; g < ng; g++)
+            _mm512_storeu_ps(xp + (size_t)t * k3_xpack_cols(cols) + 16 * g,
+                             _mm512_permutexvar_ps(eo, _mm512_loadu_ps(x + (size_t)t * ldx + 16 * g)));
+}
+
+typedef struct mm_work {
+    __m512 pan[KG][RP];               /* [16-group][row] one panel's weights, slot order: 64 KiB */
+    __m512 acc[MB][TC];               /* [row][token] lane sums, slot order: 128 KiB */
+    uint32_t row[MB];                 /* [row of the block] matrix row (the last repeated) */
+} mm_work;
+
+/* ---- decoding a panel: rows row[0..RP), groups [g0, g0+gn) into pan[0..gn) ----
+ * nx[r]: where row r of the next panel starts (its codes at its first group), prefetched a
+ * line for each line decoded here: a panel ahead of the decode, which streams from memory. */
+
+static void dec_bf16(mm_work *w, const k3_mat *W, const uint32_t *row, uint32_t g0, uint32_t gn,
+                     const char *const *nx)
+{
+    const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
+    for (int r = 0; r < RP; r++) {
+        const uint16_t *p = (const uint16_t *)W->data + (size_t)row[r] * W->cols + 16 * g0;
+        uint32_t g = 0;
+        for (; g + 2 <= gn; g += 2) {            /* 32 weights: dword d holds elements 2d, 2d+1 */
+            __builtin_prefetch(nx[r] + 32 * g);
+            __m512i v = _mm512_loadu_si512(p + 16 * g);
+            __m512 e = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));   /* evens of g | of g+1 */
+            __m512 o = _mm512_castsi512_ps(_mm512_and_si512(v, hi));    /* odds */
+            w->pan[g][r] = _mm512_shuffle_f32x4(e, o, 0x44);
+            w->pan[g + 1][r] = _mm512_shuffle_f32x4(e, o, 0xEE);
+        }
+        if (g < gn) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(p + 16 * g));
+            __m256 e = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+            __m256 o = _mm256_castsi256_ps(_mm256_and_si256(v, _mm512_castsi512_si256(hi)));
+            w->pan[g][r] = _mm512_insertf32x8(_mm512_castps256_ps512(e), o, 1);
+        }
+    }
+}
+
+/* MXFP4: k3_mx_table[s] holds a block's 16 canonical weights (-0 for code 8, NaN
+   for scale 255), so one vpermps decodes 16 of them exactly. g0, gn even. */
+static void dec_mx(mm_work *w, const k3_mat *W, const uint32_t *row, uint32_t g0, uint32_t gn,
+                   const char *const *nx)
+{
+    for (int r = 0; r < RP; r++) {
+        const uint8_t *q = (const uint8_t *)W->data + (size_t)row[r] * (W->cols / 2) + 8 * g0;
+        const uint8_t *s = W->scales + (size_t)row[r] * (W->cols / 32) + g0 / 2;
+        for (uint32_t g = 0; g < gn; g += 2) {   /* one block: byte k holds elements 2k, 2k+1 */
+            if (g % 8 == 0) __builtin_prefetch(nx[r] + 8 * g);
+            __m512 tab = _mm512_load_ps(k3_mx_table[s[g / 2]]);
+            __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(q + 8 * g)));
+            __m512 e = _mm512_permutexvar_ps(c, tab);                   /* low 4 bits: even codes */
+            __m512 o = _mm512_permutexvar_ps(_mm512_srli_epi32(c, 4), tab);
+            w->pan[g][r] = _mm512_shuffle_f32x4(e, o, 0x44);
+            w->pan[g + 1][r] = _mm512_shuffle_f32x4(e, o, 0xEE);
+        }
+    }
+}
+
+/* Q8: fp32(q) * e8m0(s), one exact multiply (k3_mx_table[s][2] = 1.0 * e8m0(s)). */
+static void dec_q8(mm_work *w, const k3_mat *W, const uint32_t *row, uint32_t g0, uint32_t gn,
+                   const char *const *nx)
+{
+    const __m512i eo = _mm512_load_si512(mm_eo);
+    for (int r = 0; r < RP; r++) {
+        const int8_t *q = (const int8_t *)W->data + (size_t)row[r] * W->cols + 16 * g0;
+        const uint8_t *s = W->scales + (size_t)row[r] * (W->cols / 32) + g0 / 2;
+        for (uint32_t g = 0; g < gn; g++) {
+            if (g % 4 == 0) __builtin_prefetch(nx[r] + 16 * g);
+            __m512i c = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(q + 16 * g)));
+            __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(c), _mm512_set1_ps(k3_mx_table[s[g / 2]][2]));
+            w->pan[g][r] = _mm512_permutexvar_ps(eo, v);
+        }
+    }
+}
+
+/* nx[r]: the codes of row[r] at group g0 (and its scales prefetched: a line holds 64 blocks') */
+static void panel_rows(const k3_mat *W, const uint32_t *row, uint32_t g0, const char **nx)
+{
+    for (int r = 0; r < RP; r++) {
+        if (W->enc == K3_ENC_BF16) {
+            nx[r] = (const char *)W->data + ((size_t)row[r] * W->cols + 16 * g0) * 2;
+            continue;
+        }
+        nx[r] = (const char *)W->data + (W->enc == K3_ENC_Q8 ? (size_t)row[r] * W->cols + 16 * g0
+                                                           : (size_t)row[r] * (W->cols / 2) + 8 * g0);
+        const uint8_t *s = W->scales + (size_t)row[r] * (W->cols / 32) + g0 / 2;
+        for (uint32_t b = 0; b < W->cols / 2048 + 1; b++) __builtin_prefetch(s + 64 * b);
+    }
+}
+
+/* ---- the register tile: panel rows [k0, k0+R) x TT tokens over groups [0, gn) ----
+ * xb: packed x of the tile's first token at the chunk's first group, xs floats
+ * from one token to the next; a: acc of (row k0, the tile's first token), TC
+ * vectors from one row to the next; first: the sums start from zero. */
+static inline __attribute__((always_inline)) void tile(const mm_work *w, int k0, int R, int TT,
+                                                       const float *xb, size_t xs, __m512 *a, uint32_t gn,
+                                                       int first)
+{
+    __m512 s[8][6];                   /* [row][token] */
+    for (int i = 0; i < R; i++)
+        for (int t = 0; t < TT; t++) s[i][t] = first ? _mm512_setzero_ps() : a[(size_t)i * TC + t];
+    for (uint32_t g = 0; g < gn; g++) {
+        __m512 xv[6];
+        for (int t = 0; t < TT; t++) xv[t] = _mm512_loadu_ps(xb + (size_t)t * xs + 16 * g);
+        for (int i = 0; i < R; i++) {
+            __m512 wv = w->pan[g][k0 + i];
+            for (int t = 0; t < TT; t++) s[i][t] = _mm512_fmadd_ps(wv, xv[t], s[i][t]);
+        }
+    }
+    for (int i = 0; i < R; i++)
+        for (int t = 0; t < TT; t++) a[(size_t)i * TC + t] = s[i][t];
+}
+
+#define TILE_FN(R, TT) \
+    static __attribute__((noinline)) void tile_##R##_##TT(const mm_work *w, int k0, const float *xb, size_t xs, \
+                                                          __m512 *a, uint32_t gn, int first) \
+    { tile(w, k0, R, TT, xb, xs, a, gn, first); }
+TILE_FN(4, 6)
+TILE_FN(4, 5)
+TILE_FN(4, 4)
+TILE_FN(4, 3)
+TILE_FN(4, 2)
+TILE_FN(4, 1)
+#undef TILE_FN
+
+/* Tokens of the next tile when rem are left: 6s and 5s wherever they cover rem
+   (no small tile), then 4, 3, 2, 1. */
+static uint32_t tile_tokens(uint32_t rem)
+{
+#define FS(n) ((n) == 0 || (n) == 5 || (n) == 6 || ((n) >= 10 && (n) <= 12) || ((n) >= 15 && (n) <= 18) || (n) >= 20)
+    if (rem >= 6 && FS(rem - 6)) return 6;
+    if (rem >= 5 && FS(rem - 5)) return 5;
+#undef FS
+    return rem >= 4 ? 4 : rem;
+}
+
+/* Every tile of panel p (block rows [RP p, RP p + RP)) and the chunk's tc tokens. */
+static void tiles(mm_work *w, int p, const float *xb, size_t xs, uint32_t tc, uint32_t gn, int first)
+{
+    for (uint32_t t = 0, tt; t < tc; t += tt) {
+        tt = tile_tokens(tc - t);
+        const float *xt = xb + (size_t)t * xs;
+        __m512 *a = &w->acc[RP * p][t];
+        switch (tt) {
+        case 6: for (int k = 0; k < RP; k += 4) tile_4_6(w, k, xt, xs, a + k * TC, gn, first); break;
+        case 5: for (int k = 0; k < RP; k += 4) tile_4_5(w, k, xt, xs, a + k * TC, gn, first); break;
+        case 4: for (int k = 0; k < RP; k += 4) tile_4_4(w, k, xt, xs, a + k * TC, gn, first); break;
+        case 3: for (int k = 0; k < RP; k += 4) tile_4_3(w, k, xt, xs, a + k * TC, gn, first); break;
+        case 2: for (int k = 0; k < RP; k += 4) tile_4_2(w, k, xt, xs, a + k * TC, gn, first); break;
+        default: for (int k = 0; k < RP; k += 4) tile_4_1(w, k, xt, xs, a + k * TC, gn, first); break;
+        }
+    }
+}
+
+/* The fixed tree of kern.h over a slot-order sum; a BF16 row's tail (elements
+   16 ng .. cols-1 of wr and xr, lane i % 16 each) is added first, in order. */
+static float reduce(__m512 v, const uint16_t *wr, const float *xr, uint32_t i0, uint32_t cols)
+{
+    __m512 n = _mm512_permutexvar_ps(_mm512_load_si512(mm_ls), v);   /* canonical lanes */
+    if (i0 < cols) {
+        float l[16];
+        _mm512_storeu_ps(l, n);
+        for (uint32_t i = i0; i < cols; i++) {
+            uint32_t b = (uint32_t)wr[i] << 16;
+            float wf;
+            memcpy(&wf, &b, 4);
+            l[i % 16] = fmaf(wf, xr[i], l[i % 16]);
+        }
+        n = _mm512_loadu_ps(l);
+    }
+    __m256 a = _mm256_add_ps(_mm512_castps512_ps256(n), _mm512_extractf32x8_ps(n, 1));
+    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    return _mm_cvtss_f32(_mm_add_ss(c, _mm_movehdup_ps(c)));
+}
+
+void k3_mm512(const k3_mat *W, const float *x, size_t ldx, const float *xp, uint32_t T, float *y,
+              size_t ldy, uint32_t r0, uint32_t r1)
+{
+    mm_work w_;                       /* 192 KiB of stack */
+    mm_work *w = &w_;
+    const uint32_t cols = W->cols, ng = cols / 16, xs = k3_xpack_cols(cols);
+    const uint32_t nk = (ng + KG - 1) / KG;                      /* column chunks, as even as they come */
+    const uint32_t kg = nk ? (ng / nk + 1) / 2 * 2 : 0;          /* groups per chunk (even: whole blocks) */
+    void (*dec)(mm_work *, const k3_mat *, const uint32_t *, uint32_t, uint32_t, const char *const *) =
+        W->enc == K3_ENC_BF16 ? dec_bf16 : W->enc == K3_ENC_Q8 ? dec_q8 : dec_mx;
+    for (uint32_t rb = r0; rb < r1; rb += MB) {
+        uint32_t n = r1 - rb < MB ? r1 - rb : MB;
+        int np = (int)((n + RP - 1) / RP);
+        for (uint32_t i = 0; i < MB; i++) w->row[i] = rb + (i < n ? i : n - 1);
+        for (uint32_t tc0 = 0; tc0 < T; tc0 += TC) {
+            uint32_t tc = T - tc0 < TC ? T - tc0 : TC;
+            for (uint32_t g0 = 0; g0 < ng; g0 += kg) {           /* ng >= 1: xp was packed */
+                uint32_t gn = ng - g0 < kg ? ng - g0 : kg;
+                const float *xb = xp + (size_t)tc0 * xs + 16 * g0;
+                for (int p = 0; p < np; p++) {
+                    const char *nx[RP];                         /* the next panel: prefetched */
+                    if (p + 1 < np) panel_rows(W, w->row + RP * (p + 1), g0, nx);
+                    else panel_rows(W, w->row, g0 + kg < ng ? g0 + kg : 0, nx);
+                    dec(w, W, w->row + RP * p, g0, gn, nx);
+                    tiles(w, p, xb, xs, tc, gn, g0 == 0);
+                }
+            }
+            for (uint32_t i = 0; i < n; i++) {
+                const uint16_t *wr = W->enc == K3_ENC_BF16 ? (const uint16_t *)W->data + (size_t)(rb + i) * cols : NULL;
+                for (uint32_t t = 0; t < tc; t++) {
+                    const float *xr = x + (size_t)(tc0 + t) * ldx;
+                    y[(size_t)(tc0 + t) * ldy + rb + i] = reduce(w->acc[i][t], wr, xr, wr ? ng * 16 : cols, cols);
+                }
+            }
+        }
+    }
+}
