@@ -36,6 +36,7 @@
 #endif
 #define KG (KC / 16)      /* 16-groups per chunk at most */
 #define TC 64             /* tokens per chunk */
+#define AS (TC + 1)        /* vectors from one row of acc to the next: not 4 KiB apart */
 
 /* slot k of a packed 16-group takes element mm_eo[k] */
 static const int32_t mm_eo[16] __attribute__((aligned(64))) = {
@@ -57,7 +58,7 @@ void k3_xpack_avx512(const float *x, size_t ldx, uint32_t T, uint32_t cols, floa
 
 typedef struct mm_work {
     __m512 pan[KG][RP];               /* [16-group][row] one panel's weights, slot order: 64 KiB */
-    __m512 acc[MB][TC];               /* [row][token] lane sums, slot order: 128 KiB */
+    __m512 acc[MB][AS];               /* [row][token (+1)] lane sums, slot order: 130 KiB */
     uint32_t row[MB];                 /* [row of the block] matrix row (the last repeated) */
 } mm_work;
 
@@ -143,7 +144,7 @@ static void panel_rows(const k3_mat *W, const uint32_t *row, uint32_t g0, const 
 
 /* ---- the register tile: panel rows [k0, k0+R) x TT tokens over groups [0, gn) ----
  * xb: packed x of the tile's first token at the chunk's first group, xs floats
- * from one token to the next; a: acc of (row k0, the tile's first token), TC
+ * from one token to the next; a: acc of (row k0, the tile's first token), AS
  * vectors from one row to the next; first: the sums start from zero. */
 static inline __attribute__((always_inline)) void tile(const mm_work *w, int k0, int R, int TT,
                                                        const float *xb, size_t xs, __m512 *a, uint32_t gn,
@@ -151,7 +152,7 @@ static inline __attribute__((always_inline)) void tile(const mm_work *w, int k0,
 {
     __m512 s[8][6];                   /* [row][token] */
     for (int i = 0; i < R; i++)
-        for (int t = 0; t < TT; t++) s[i][t] = first ? _mm512_setzero_ps() : a[(size_t)i * TC + t];
+        for (int t = 0; t < TT; t++) s[i][t] = first ? _mm512_setzero_ps() : a[(size_t)i * AS + t];
     for (uint32_t g = 0; g < gn; g++) {
         __m512 xv[6];
         for (int t = 0; t < TT; t++) xv[t] = _mm512_loadu_ps(xb + (size_t)t * xs + 16 * g);
@@ -161,7 +162,7 @@ static inline __attribute__((always_inline)) void tile(const mm_work *w, int k0,
         }
     }
     for (int i = 0; i < R; i++)
-        for (int t = 0; t < TT; t++) a[(size_t)i * TC + t] = s[i][t];
+        for (int t = 0; t < TT; t++) a[(size_t)i * AS + t] = s[i][t];
 }
 
 #define TILE_FN(R, TT) \
@@ -195,12 +196,12 @@ static void tiles(mm_work *w, int p, const float *xb, size_t xs, uint32_t tc, ui
         const float *xt = xb + (size_t)t * xs;
         __m512 *a = &w->acc[RP * p][t];
         switch (tt) {
-        case 6: for (int k = 0; k < RP; k += 4) tile_4_6(w, k, xt, xs, a + k * TC, gn, first); break;
-        case 5: for (int k = 0; k < RP; k += 4) tile_4_5(w, k, xt, xs, a + k * TC, gn, first); break;
-        case 4: for (int k = 0; k < RP; k += 4) tile_4_4(w, k, xt, xs, a + k * TC, gn, first); break;
-        case 3: for (int k = 0; k < RP; k += 4) tile_4_3(w, k, xt, xs, a + k * TC, gn, first); break;
-        case 2: for (int k = 0; k < RP; k += 4) tile_4_2(w, k, xt, xs, a + k * TC, gn, first); break;
-        default: for (int k = 0; k < RP; k += 4) tile_4_1(w, k, xt, xs, a + k * TC, gn, first); break;
+        case 6: for (int k = 0; k < RP; k += 4) tile_4_6(w, k, xt, xs, a + k * AS, gn, first); break;
+        case 5: for (int k = 0; k < RP; k += 4) tile_4_5(w, k, xt, xs, a + k * AS, gn, first); break;
+        case 4: for (int k = 0; k < RP; k += 4) tile_4_4(w, k, xt, xs, a + k * AS, gn, first); break;
+        case 3: for (int k = 0; k < RP; k += 4) tile_4_3(w, k, xt, xs, a + k * AS, gn, first); break;
+        case 2: for (int k = 0; k < RP; k += 4) tile_4_2(w, k, xt, xs, a + k * AS, gn, first); break;
+        default: for (int k = 0; k < RP; k += 4) tile_4_1(w, k, xt, xs, a + k * AS, gn, first); break;
         }
     }
 }
@@ -225,6 +226,30 @@ static float reduce(__m512 v, const uint16_t *wr, const float *xr, uint32_t i0, 
     __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
     __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
     return _mm_cvtss_f32(_mm_add_ss(c, _mm_movehdup_ps(c)));
+}
+
+/* The tree of 16 slot-order sums at once (v[k * vs], k < 16) into out[0..16): each level's
+   additions are the tree's, pairs of sums side by side in one vector. After level 1 a
+   128-bit lane holds a sum's a[0,2,4,6] or a[1,3,5,7]; after level 2 two sums' b[0,2] or
+   b[1,3]; after level 3 four sums' c[0] or c[1]. */
+static const int32_t mm_out[16] __attribute__((aligned(64))) = {   /* out[k] is f[mm_out[k]] */
+    0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15 };
+static void reduce16(const __m512 *v, size_t vs, float *out)
+{
+    __m512 a[8], b[4], c[2];
+    for (int p = 0; p < 8; p++) {               /* a[j] = l[j] + l[j + 8]: slots s, s + 4 */
+        __m512 u = v[2 * p * vs], w = v[(2 * p + 1) * vs];
+        a[p] = _mm512_add_ps(_mm512_shuffle_f32x4(u, w, 0x88), _mm512_shuffle_f32x4(u, w, 0xDD));
+    }
+    for (int p = 0; p < 4; p++)                 /* b[j] = a[j] + a[j + 4] */
+        b[p] = _mm512_add_ps(_mm512_shuffle_ps(a[2 * p], a[2 * p + 1], 0x44),
+                             _mm512_shuffle_ps(a[2 * p], a[2 * p + 1], 0xEE));
+    for (int p = 0; p < 2; p++)                 /* c[j] = b[j] + b[j + 2] */
+        c[p] = _mm512_add_ps(_mm512_shuffle_ps(b[2 * p], b[2 * p + 1], 0x88),
+                             _mm512_shuffle_ps(b[2 * p], b[2 * p + 1], 0xDD));
+    __m512 f = _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], 0x88),   /* y = c[0] + c[1] */
+                             _mm512_shuffle_f32x4(c[0], c[1], 0xDD));
+    _mm512_storeu_ps(out, _mm512_permutexvar_ps(_mm512_load_si512(mm_out), f));
 }
 
 void k3_mm512(const k3_mat *W, const float *x, size_t ldx, const float *xp, uint32_t T, float *y,
@@ -254,7 +279,11 @@ void k3_mm512(const k3_mat *W, const float *x, size_t ldx, const float *xp, uint
                     tiles(w, p, xb, xs, tc, gn, g0 == 0);
                 }
             }
-            for (uint32_t i = 0; i < n; i++) {
+            uint32_t i16 = cols % 16 ? 0 : n / 16 * 16;       /* rows reduced 16 at a time */
+            for (uint32_t t = 0; t < tc; t++)
+                for (uint32_t i = 0; i < i16; i += 16)
+                    reduce16(&w->acc[i][t], AS, y + (size_t)(tc0 + t) * ldy + rb + i);
+            for (uint32_t i = i16; i < n; i++) {
                 const uint16_t *wr = W->enc == K3_ENC_BF16 ? (const uint16_t *)W->data + (size_t)(rb + i) * cols : NULL;
                 for (uint32_t t = 0; t < tc; t++) {
                     const float *xr = x + (size_t)(tc0 + t) * ldx;
