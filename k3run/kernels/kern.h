@@ -105,6 +105,8 @@ void k3_xpack_avx2(const float *x, size_t ldx, uint32_t T, uint32_t cols, float 
 void k3_mm512(const k3_mat *W, const float *x, size_t ldx, const float *xp, uint32_t T, float *y,
               size_t ldy, uint32_t r0, uint32_t r1);
 void k3_xpack_avx512(const float *x, size_t ldx, uint32_t T, uint32_t cols, float *xp);
+/* the same for a few tokens (T >= 2, in parts of at most 6), weights decoded in registers; cols % 16 == 0 */
+void k3_ft512(const k3_mat *W, const float *xp, uint32_t T, float *y, size_t ldy, uint32_t r0, uint32_t r1);
 /* k3_mx_table[s][c]: the canonical fp32 weight of MXFP4 element code c (0-15) in a
    block of scale code s, e2m1(c) * 2^(s-127) as kern_scalar.c defines it (-0 for
    code 8, NaN for s = 255); filled before main() runs. [256 scale codes][16 codes] */

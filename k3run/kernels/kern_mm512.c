@@ -293,3 +293,138 @@ void k3_mm512(const k3_mat *W, const float *x, size_t ldx, const float *xp, uint
         }
     }
 }
+
+/* ---- a few tokens (T = 2..FT), in registers: no panel ----
+ * R rows x T tokens of sums stay in registers over the whole row; each block of 32 columns
+ * of a row is decoded in registers into the slot order (the panel's decode, two 16-groups at
+ * once) and met at once by the T tokens' packed x, group g then g + 1: each sum still takes
+ * its row's 16-groups in increasing order, so the bits are the panel kernel's. The weights
+ * stream from memory once; nothing is stored between groups. */
+#define FT 6              /* tokens at most */
+
+/* Row p's 16-groups g, g + 1 (g even; BF16: g + 1 < ng) in slot order. */
+static inline __attribute__((always_inline)) void ft_dec2(int enc, const k3_mat *W, size_t r, uint32_t g,
+                                                          __m512 *w0, __m512 *w1)
+{
+    __m512 e, o;
+    if (enc == K3_ENC_BF16) {
+        const uint16_t *p = (const uint16_t *)W->data + r * W->cols + 16 * g;
+        __builtin_prefetch(p + 512);                                 /* 1 KiB ahead */
+        __m512i v = _mm512_loadu_si512(p);
+        e = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+        o = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0xFFFF0000u)));
+    } else if (enc == K3_ENC_MXFP4) {
+        const uint8_t *q = (const uint8_t *)W->data + r * (W->cols / 2) + 8 * g;
+        __builtin_prefetch(q + 512);
+        __m512 tab = _mm512_load_ps(k3_mx_table[W->scales[r * (W->cols / 32) + g / 2]]);
+        __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)q));
+        e = _mm512_permutexvar_ps(c, tab);
+        o = _mm512_permutexvar_ps(_mm512_srli_epi32(c, 4), tab);
+    } else {
+        const int8_t *q = (const int8_t *)W->data + r * W->cols + 16 * g;
+        __builtin_prefetch(q + 512);
+        const __m512 sc = _mm512_set1_ps(k3_mx_table[W->scales[r * (W->cols / 32) + g / 2]][2]);
+        const __m512i eo = _mm512_load_si512(mm_eo);
+        __m512i c0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)q));
+        __m512i c1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(q + 16)));
+        *w0 = _mm512_permutexvar_ps(eo, _mm512_mul_ps(_mm512_cvtepi32_ps(c0), sc));
+        *w1 = _mm512_permutexvar_ps(eo, _mm512_mul_ps(_mm512_cvtepi32_ps(c1), sc));
+        return;
+    }
+    *w0 = _mm512_shuffle_f32x4(e, o, 0x44);
+    *w1 = _mm512_shuffle_f32x4(e, o, 0xEE);
+}
+
+/* Rows row[0..R) x tokens [0, T) into s[r * T + t] (slot-order sums). */
+static inline __attribute__((always_inline)) void ft_body(int enc, const k3_mat *W, const float *xp, size_t xs,
+                                                          int T, int R, const uint32_t *row, __m512 *s)
+{
+    const uint32_t ng = W->cols / 16;
+    __m512 a[8][FT];                  /* [row][token] */
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++) a[r][t] = _mm512_setzero_ps();
+    uint32_t g = 0;
+    for (; g + 2 <= ng; g += 2) {
+        __m512 x0[FT], x1[FT];
+        for (int t = 0; t < T; t++) {
+            x0[t] = _mm512_loadu_ps(xp + (size_t)t * xs + 16 * g);
+            x1[t] = _mm512_loadu_ps(xp + (size_t)t * xs + 16 * g + 16);
+        }
+        for (int r = 0; r < R; r++) {
+            __m512 w0, w1;
+            ft_dec2(enc, W, row[r], g, &w0, &w1);
+            for (int t = 0; t < T; t++) a[r][t] = _mm512_fmadd_ps(w0, x0[t], a[r][t]);
+            for (int t = 0; t < T; t++) a[r][t] = _mm512_fmadd_ps(w1, x1[t], a[r][t]);
+        }
+    }
+    if (g < ng) {                     /* BF16: an odd last 16-group */
+        for (int r = 0; r < R; r++) {
+            const uint16_t *p = (const uint16_t *)W->data + (size_t)row[r] * W->cols + 16 * g;
+            __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)p);
+            __m256 e = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+            __m256 o = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xFFFF0000u)));
+            __m512 w0 = _mm512_insertf32x8(_mm512_castps256_ps512(e), o, 1);
+            for (int t = 0; t < T; t++)
+                a[r][t] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xp + (size_t)t * xs + 16 * g), a[r][t]);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++) s[r * T + t] = a[r][t];
+}
+
+/* rows per pass for T tokens: R x T sums + 2 T of x + the decode's few in 32 registers */
+#define FT_R(T) ((T) == 2 ? 8 : (T) == 3 ? 6 : (T) == 4 ? 4 : (T) == 5 ? 3 : 2)
+
+#define FT_FN(ENC, T) \
+    static __attribute__((noinline)) void ft_##ENC##_##T(const k3_mat *W, const float *xp, size_t xs, \
+                                                         int R, const uint32_t *row, __m512 *s) \
+    { if (R == FT_R(T)) ft_body(ENC, W, xp, xs, T, FT_R(T), row, s); \
+      else for (int r = 0; r < R; r++) ft_body(ENC, W, xp, xs, T, 1, row + r, s + r * T); }
+#define FT_FNS(ENC) FT_FN(ENC, 2) FT_FN(ENC, 3) FT_FN(ENC, 4) FT_FN(ENC, 5) FT_FN(ENC, 6)
+FT_FNS(K3_ENC_BF16)
+FT_FNS(K3_ENC_MXFP4)
+FT_FNS(K3_ENC_Q8)
+
+typedef void (*ft_fn)(const k3_mat *, const float *, size_t, int, const uint32_t *, __m512 *);
+#define FT_ROW(ENC) { ft_##ENC##_2, ft_##ENC##_3, ft_##ENC##_4, ft_##ENC##_5, ft_##ENC##_6 }
+static const ft_fn ft_fns[3][5] = { FT_ROW(K3_ENC_BF16), FT_ROW(K3_ENC_MXFP4), FT_ROW(K3_ENC_Q8) };
+
+/* Tokens [0, T) (2..FT) of rows [r0, r1) of y; cols % 16 == 0. */
+static void ft_part(const k3_mat *W, const float *xp, uint32_t T, float *y, size_t ldy, uint32_t r0, uint32_t r1)
+{
+    const int e = W->enc == K3_ENC_BF16 ? 0 : W->enc == K3_ENC_MXFP4 ? 1 : 2;
+    const ft_fn fn = ft_fns[e][T - 2];
+    const int R = FT_R(T);
+    const size_t xs = k3_xpack_cols(W->cols);
+    __m512 s[(16 + 8) * FT];          /* [row][token] sums of the passes that make 16 rows or more */
+    float out[16];
+    for (uint32_t r = r0; r < r1;) {
+        uint32_t row[16 + 8], n = 0;  /* their rows (a pass has 8 at most) */
+        while (n < 16 && r < r1) {
+            int k = r1 - r < (uint32_t)R ? (int)(r1 - r) : R;
+            for (int i = 0; i < k; i++) row[n + i] = r + (uint32_t)i;
+            fn(W, xp, xs, k, row + n, s + n * T);
+            n += (uint32_t)k;
+            r += (uint32_t)k;
+        }
+        for (uint32_t t = 0; t < T; t++) {
+            uint32_t i = 0;
+            for (; i + 16 <= n; i += 16) {
+                reduce16(s + i * T + t, T, out);
+                for (int k = 0; k < 16; k++) y[(size_t)t * ldy + row[i + k]] = out[k];
+            }
+            for (; i < n; i++) y[(size_t)t * ldy + row[i]] = reduce(s[i * T + t], NULL, NULL, W->cols, W->cols);
+        }
+    }
+}
+
+void k3_ft512(const k3_mat *W, const float *xp, uint32_t T, float *y, size_t ldy, uint32_t r0, uint32_t r1)
+{
+    const size_t xs = k3_xpack_cols(W->cols);
+    uint32_t parts = (T + FT - 1) / FT, t0 = 0;
+    for (uint32_t i = 0; i < parts; i++) {              /* as even as they come (8: 4 + 4) */
+        uint32_t tn = (T - t0) / (parts - i);
+        ft_part(W, xp + t0 * xs, tn, y + (size_t)t0 * ldy, ldy, r0, r1);
+        t0 += tn;
+    }
+}
