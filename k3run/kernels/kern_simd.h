@@ -52,7 +52,9 @@
 #ifndef KS_KC
 #define KS_KC 1024        /* columns per panel (a multiple of 32) */
 #endif
+#ifndef KS_TC
 #define KS_TC 32          /* tokens per chunk */
+#endif
 #ifndef KS_TT
 #error "define KS_TT (tokens per register tile: KS_MR * KS_TT accumulators) before including kern_simd.h"
 #endif
