@@ -30,7 +30,9 @@
 #include "kern.h"
 
 #define MB 32             /* rows per block (= K3_KERN_BLOCK) */
+#ifndef RP
 #define RP 4              /* rows per panel (one register tile's) */
+#endif
 #ifndef KC
 #define KC 4096           /* columns per chunk at most (a multiple of 32) */
 #endif
