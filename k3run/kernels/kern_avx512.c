@@ -227,10 +227,10 @@ static void q8_mv(const k3_mat *W, const float *x, float *y, uint32_t r0, uint32
     }
 }
 
-/* Tokens up to which the register kernel (k3_ft512) beats the panel (k3_mm512), measured with
-   bench_kernels (docs/PERFORMANCE.md): BF16's cheap decode pays for reading its rows again for
-   every 6 tokens longer than MXFP4's and Q8's. */
-static uint32_t ft512_max(int enc) { return enc == K3_ENC_BF16 ? 16 : 12; }
+/* Tokens up to which the register kernel (k3_ft512) beats the panel (k3_mm512): measured on
+   a 12288 x 7168 matrix from memory, all three encodings cross between 9 and 10
+   (docs/PERFORMANCE.md). */
+#define K3_FT512_MAX 9
 
 void k3_kern_rows_avx512(const k3_mat *W, const float *x, size_t ldx, const float *xp, uint32_t T,
                          float *y, size_t ldy, uint32_t r0, uint32_t r1)
@@ -239,7 +239,7 @@ void k3_kern_rows_avx512(const k3_mat *W, const float *x, size_t ldx, const floa
         mx_mv(W, x, y, r0, r1);
     else if (T == 1 && W->enc == K3_ENC_Q8 && r0 < r1)
         q8_mv(W, x, y, r0, r1);
-    else if (T >= 2 && T <= ft512_max(W->enc) && xp && W->cols % 16 == 0 && r0 < r1)
+    else if (T >= 2 && T <= K3_FT512_MAX && xp && W->cols % 16 == 0 && r0 < r1)
         k3_ft512(W, xp, T, y, ldy, r0, r1);
     else if (T >= 2 && xp && r0 < r1)           /* x packed by k3_xpack_avx512 */
         k3_mm512(W, x, ldx, xp, T, y, ldy, r0, r1);

@@ -30,6 +30,13 @@
 #include "kern.h"
 
 #define MB 32             /* rows per block (= K3_KERN_BLOCK) */
+#ifndef PFL
+#define PFL 2             /* the next panel is prefetched into L2 (prefetcht1): into L1 it
+                             pushed out the lines the tiles use (BF16 at 16 tokens 0.62 -> 0.69) */
+#endif
+#ifndef PFD
+#define PFD 1             /* panels ahead that the prefetch reads (2 and 3 measured the same) */
+#endif
 #ifndef RP
 #define RP 4              /* rows per panel (one register tile's) */
 #endif
@@ -68,15 +75,13 @@ typedef struct mm_work {
  * nx[r]: where row r of the next panel starts (its codes at its first group), prefetched a
  * line for each line decoded here: a panel ahead of the decode, which streams from memory. */
 
-static void dec_bf16(mm_work *w, const k3_mat *W, const uint32_t *row, uint32_t g0, uint32_t gn,
-                     const char *const *nx)
+static void dec_bf16(mm_work *w, const k3_mat *W, const uint32_t *row, uint32_t g0, uint32_t gn)
 {
     const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
     for (int r = 0; r < RP; r++) {
         const uint16_t *p = (const uint16_t *)W->data + (size_t)row[r] * W->cols + 16 * g0;
         uint32_t g = 0;
         for (; g + 2 <= gn; g += 2) {            /* 32 weights: dword d holds elements 2d, 2d+1 */
-            __builtin_prefetch(nx[r] + 32 * g);
             __m512i v = _mm512_loadu_si512(p + 16 * g);
             __m512 e = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));   /* evens of g | of g+1 */
             __m512 o = _mm512_castsi512_ps(_mm512_and_si512(v, hi));    /* odds */
@@ -94,14 +99,12 @@ static void dec_bf16(mm_work *w, const k3_mat *W, const uint32_t *row, uint32_t 
 
 /* MXFP4: k3_mx_table[s] holds a block's 16 canonical weights (-0 for code 8, NaN
    for scale 255), so one vpermps decodes 16 of them exactly. g0, gn even. */
-static void dec_mx(mm_work *w, const k3_mat *W, const uint32_t *row, uint32_t g0, uint32_t gn,
-                   const char *const *nx)
+static void dec_mx(mm_work *w, const k3_mat *W, const uint32_t *row, uint32_t g0, uint32_t gn)
 {
     for (int r = 0; r < RP; r++) {
         const uint8_t *q = (const uint8_t *)W->data + (size_t)row[r] * (W->cols / 2) + 8 * g0;
         const uint8_t *s = W->scales + (size_t)row[r] * (W->cols / 32) + g0 / 2;
         for (uint32_t g = 0; g < gn; g += 2) {   /* one block: byte k holds elements 2k, 2k+1 */
-            if (g % 8 == 0) __builtin_prefetch(nx[r] + 8 * g);
             __m512 tab = _mm512_load_ps(k3_mx_table[s[g / 2]]);
             __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(q + 8 * g)));
             __m512 e = _mm512_permutexvar_ps(c, tab);                   /* low 4 bits: even codes */
@@ -113,15 +116,13 @@ static void dec_mx(mm_work *w, const k3_mat *W, const uint32_t *row, uint32_t g0
 }
 
 /* Q8: fp32(q) * e8m0(s), one exact multiply (k3_mx_table[s][2] = 1.0 * e8m0(s)). */
-static void dec_q8(mm_work *w, const k3_mat *W, const uint32_t *row, uint32_t g0, uint32_t gn,
-                   const char *const *nx)
+static void dec_q8(mm_work *w, const k3_mat *W, const uint32_t *row, uint32_t g0, uint32_t gn)
 {
     const __m512i eo = _mm512_load_si512(mm_eo);
     for (int r = 0; r < RP; r++) {
         const int8_t *q = (const int8_t *)W->data + (size_t)row[r] * W->cols + 16 * g0;
         const uint8_t *s = W->scales + (size_t)row[r] * (W->cols / 32) + g0 / 2;
         for (uint32_t g = 0; g < gn; g++) {
-            if (g % 4 == 0) __builtin_prefetch(nx[r] + 16 * g);
             __m512i c = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(q + 16 * g)));
             __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(c), _mm512_set1_ps(k3_mx_table[s[g / 2]][2]));
             w->pan[g][r] = _mm512_permutexvar_ps(eo, v);
@@ -147,16 +148,20 @@ static void panel_rows(const k3_mat *W, const uint32_t *row, uint32_t g0, const 
 /* ---- the register tile: panel rows [k0, k0+R) x TT tokens over groups [0, gn) ----
  * xb: packed x of the tile's first token at the chunk's first group, xs floats
  * from one token to the next; a: acc of (row k0, the tile's first token), AS
- * vectors from one row to the next; first: the sums start from zero. */
+ * vectors from one row to the next; first: the sums start from zero. nx (or NULL): the
+ * next panel's rows, prefetched a line of each row every 2^sh groups (the next panel
+ * streams from memory while this one's FMAs run). */
 static inline __attribute__((always_inline)) void tile(const mm_work *w, int k0, int R, int TT,
                                                        const float *xb, size_t xs, __m512 *a, uint32_t gn,
-                                                       int first)
+                                                       int first, const char *const *nx, int sh)
 {
     __m512 s[8][6];                   /* [row][token] */
     for (int i = 0; i < R; i++)
         for (int t = 0; t < TT; t++) s[i][t] = first ? _mm512_setzero_ps() : a[(size_t)i * AS + t];
     for (uint32_t g = 0; g < gn; g++) {
         __m512 xv[6];
+        if (nx && (g & ((1u << sh) - 1)) == 0)
+            for (int i = 0; i < RP; i++) __builtin_prefetch(nx[i] + 64 * (g >> sh), 0, PFL);
         for (int t = 0; t < TT; t++) xv[t] = _mm512_loadu_ps(xb + (size_t)t * xs + 16 * g);
         for (int i = 0; i < R; i++) {
             __m512 wv = w->pan[g][k0 + i];
@@ -169,8 +174,9 @@ static inline __attribute__((always_inline)) void tile(const mm_work *w, int k0,
 
 #define TILE_FN(R, TT) \
     static __attribute__((noinline)) void tile_##R##_##TT(const mm_work *w, int k0, const float *xb, size_t xs, \
-                                                          __m512 *a, uint32_t gn, int first) \
-    { tile(w, k0, R, TT, xb, xs, a, gn, first); }
+                                                          __m512 *a, uint32_t gn, int first, \
+                                                          const char *const *nx, int sh) \
+    { tile(w, k0, R, TT, xb, xs, a, gn, first, nx, sh); }
 TILE_FN(4, 6)
 TILE_FN(4, 5)
 TILE_FN(4, 4)
@@ -190,20 +196,23 @@ static uint32_t tile_tokens(uint32_t rem)
     return rem >= 4 ? 4 : rem;
 }
 
-/* Every tile of panel p (block rows [RP p, RP p + RP)) and the chunk's tc tokens. */
-static void tiles(mm_work *w, int p, const float *xb, size_t xs, uint32_t tc, uint32_t gn, int first)
+/* Every tile of panel p (block rows [RP p, RP p + RP)) and the chunk's tc tokens; the first
+   token tile prefetches the next panel (nx, sh as in tile). */
+static void tiles(mm_work *w, int p, const float *xb, size_t xs, uint32_t tc, uint32_t gn, int first,
+                  const char *const *pnx, int sh)
 {
     for (uint32_t t = 0, tt; t < tc; t += tt) {
         tt = tile_tokens(tc - t);
         const float *xt = xb + (size_t)t * xs;
         __m512 *a = &w->acc[RP * p][t];
+        const char *const *nx = t == 0 ? pnx : NULL;
         switch (tt) {
-        case 6: for (int k = 0; k < RP; k += 4) tile_4_6(w, k, xt, xs, a + k * AS, gn, first); break;
-        case 5: for (int k = 0; k < RP; k += 4) tile_4_5(w, k, xt, xs, a + k * AS, gn, first); break;
-        case 4: for (int k = 0; k < RP; k += 4) tile_4_4(w, k, xt, xs, a + k * AS, gn, first); break;
-        case 3: for (int k = 0; k < RP; k += 4) tile_4_3(w, k, xt, xs, a + k * AS, gn, first); break;
-        case 2: for (int k = 0; k < RP; k += 4) tile_4_2(w, k, xt, xs, a + k * AS, gn, first); break;
-        default: for (int k = 0; k < RP; k += 4) tile_4_1(w, k, xt, xs, a + k * AS, gn, first); break;
+        case 6: for (int k = 0; k < RP; k += 4) tile_4_6(w, k, xt, xs, a + k * AS, gn, first, nx, sh); break;
+        case 5: for (int k = 0; k < RP; k += 4) tile_4_5(w, k, xt, xs, a + k * AS, gn, first, nx, sh); break;
+        case 4: for (int k = 0; k < RP; k += 4) tile_4_4(w, k, xt, xs, a + k * AS, gn, first, nx, sh); break;
+        case 3: for (int k = 0; k < RP; k += 4) tile_4_3(w, k, xt, xs, a + k * AS, gn, first, nx, sh); break;
+        case 2: for (int k = 0; k < RP; k += 4) tile_4_2(w, k, xt, xs, a + k * AS, gn, first, nx, sh); break;
+        default: for (int k = 0; k < RP; k += 4) tile_4_1(w, k, xt, xs, a + k * AS, gn, first, nx, sh); break;
         }
     }
 }
@@ -262,8 +271,9 @@ void k3_mm512(const k3_mat *W, const float *x, size_t ldx, const float *xp, uint
     const uint32_t cols = W->cols, ng = cols / 16, xs = k3_xpack_cols(cols);
     const uint32_t nk = (ng + KG - 1) / KG;                      /* column chunks, as even as they come */
     const uint32_t kg = nk ? (ng / nk + 1) / 2 * 2 : 0;          /* groups per chunk (even: whole blocks) */
-    void (*dec)(mm_work *, const k3_mat *, const uint32_t *, uint32_t, uint32_t, const char *const *) =
+    void (*dec)(mm_work *, const k3_mat *, const uint32_t *, uint32_t, uint32_t) =
         W->enc == K3_ENC_BF16 ? dec_bf16 : W->enc == K3_ENC_Q8 ? dec_q8 : dec_mx;
+    const int sh = W->enc == K3_ENC_BF16 ? 1 : W->enc == K3_ENC_Q8 ? 2 : 3;   /* 2^sh groups a line */
     for (uint32_t rb = r0; rb < r1; rb += MB) {
         uint32_t n = r1 - rb < MB ? r1 - rb : MB;
         int np = (int)((n + RP - 1) / RP);
@@ -274,11 +284,11 @@ void k3_mm512(const k3_mat *W, const float *x, size_t ldx, const float *xp, uint
                 uint32_t gn = ng - g0 < kg ? ng - g0 : kg;
                 const float *xb = xp + (size_t)tc0 * xs + 16 * g0;
                 for (int p = 0; p < np; p++) {
-                    const char *nx[RP];                         /* the next panel: prefetched */
-                    if (p + 1 < np) panel_rows(W, w->row + RP * (p + 1), g0, nx);
-                    else panel_rows(W, w->row, g0 + kg < ng ? g0 + kg : 0, nx);
-                    dec(w, W, w->row + RP * p, g0, gn, nx);
-                    tiles(w, p, xb, xs, tc, gn, g0 == 0);
+                    const char *nx[RP];                         /* a panel PFD ahead: prefetched */
+                    if (p + PFD < np) panel_rows(W, w->row + RP * (p + PFD), g0, nx);
+                    else panel_rows(W, w->row + RP * (p + PFD - np), g0 + kg < ng ? g0 + kg : 0, nx);
+                    dec(w, W, w->row + RP * p, g0, gn);
+                    tiles(w, p, xb, xs, tc, gn, g0 == 0, nx, sh);
                 }
             }
             uint32_t i16 = cols % 16 ? 0 : n / 16 * 16;       /* rows reduced 16 at a time */
