@@ -508,6 +508,20 @@ int main(void)
     for (int i = 0; i < 60; i++) run_case(K3_ENC_Q8, 1 + rndn(45), 32 * (1 + rndn(24)), 1 + rndn(i % 5 ? 12 : 40),
                                           (int)rndn(4));
     run_case(K3_ENC_Q8, 9, 1056, 131, 1);
+    /* the AVX-512 panel kernel (kern_mm512.c) across its column chunks of up to 4096 (7168: two of
+       3584; BF16 4112: 128 + 128 + 1 groups, the last odd; 8224: three) and its token chunks of
+       64, rows below 16 and across 16 (its tree of 16 sums); its register kernel at K3's widths */
+    static const uint32_t wide_T[] = { 2, 5, 9, 10, 16, 65 };
+    for (size_t i = 0; i < sizeof wide_T / sizeof *wide_T; i++) {
+        uint32_t T = wide_T[i];
+        run_case(K3_ENC_BF16, 7, 4112, T, (int)(i % 4));
+        run_case(K3_ENC_BF16, 5, 7168, T, 1);
+        run_case(K3_ENC_MXFP4, 7, 8224, T, (int)(i % 4));
+        run_case(K3_ENC_MXFP4, 5, 7168, T, 1);
+        run_case(K3_ENC_Q8, 7, 8224, T, (int)((i + 1) % 4));
+    }
+    run_case(K3_ENC_MXFP4, 37, 7168, 16, 0);
+    run_case(K3_ENC_BF16, 37, 4112, 12, 1);
     run_exhaustive(K3_ENC_MXFP4);
     run_exhaustive(K3_ENC_Q8);
     run_negative_zero();
