@@ -24,7 +24,8 @@ float k3_rsqrtf(float x);
 /*
  * The same functions on arrays, in place, with the path isa (kern.h's k3_isa as an int:
  * 0 scalar, 1 avx2, 2 avx512): every element gets exactly the bits of the scalar function
- * above; avx2 and avx512 use four doubles at a time (math_array.c picks, math_avx2.c computes). Element-wise, so any
+ * above; avx2 uses four doubles at a time, avx512 eight (math_array.c picks, math_avx2.c and
+ * math_avx512.c compute). Element-wise, so any
  * split of an array between threads gives the same bits.
  */
 void k3_situ_n(int isa, float *g, const float *u, size_t n, float b, float bl);  /* g = situ(g, u) */
@@ -36,5 +37,10 @@ void k3_situ_avx2(float *g, const float *u, size_t n, float b, float bl);
 void k3_silu_mul_avx2(float *g, const float *u, size_t n);
 void k3_sigmoid_avx2(float *x, size_t n);
 void k3_exp_avx2(float *x, size_t n);
+/* math_avx512.c (call only where the CPU has AVX-512): the same, eight doubles at a time */
+void k3_situ_avx512(float *g, const float *u, size_t n, float b, float bl);
+void k3_silu_mul_avx512(float *g, const float *u, size_t n);
+void k3_sigmoid_avx512(float *x, size_t n);
+void k3_exp_avx512(float *x, size_t n);
 
 #endif

@@ -1,5 +1,6 @@
 /*
- * test_math.c - the array forms of k3_math.h (math_avx2.c) give every element
+ * test_math.c - the array forms of k3_math.h (math_avx2.c, math_avx512.c where the
+ * CPU has AVX-512) give every element
  * the bits of the scalar functions, on random bit patterns of the whole fp32
  * range and on both sides of every branch of exp, tanh and SiTU (the
  * thresholds 710 / -746 of exp, 0.5 / 1e-4 / 20 of tanh, the 2^+-1000 scaling
@@ -27,15 +28,15 @@ static float g[N], u[N], a[N], b[N];
 
 static int same(float x, float y) { return !memcmp(&x, &y, 4) || (isnan(x) && isnan(y)); }
 
-/* Compare the AVX2 forms against the scalar loops on g[0..n), u[0..n). */
-static void compare(size_t n, const char *what)
+/* Compare the forms of path isa against the scalar loops on g[0..n), u[0..n). */
+static void compare_isa(int isa, size_t n, const char *what)
 {
     int bad = 0;
     /* situ, K3's betas and others */
     const float betas[3][2] = { { 4.0f, 25.0f }, { 1.0f, 1.0f }, { 0.37f, 1000.0f } };
     for (int k = 0; k < 3; k++) {
         memcpy(a, g, n * 4); memcpy(b, g, n * 4);
-        k3_situ_n(K3_ISA_AVX2, a, u, n, betas[k][0], betas[k][1]);
+        k3_situ_n(isa, a, u, n, betas[k][0], betas[k][1]);
         k3_situ_n(K3_ISA_SCALAR, b, u, n, betas[k][0], betas[k][1]);
         for (size_t i = 0; i < n; i++)
             if (!same(a[i], b[i]) && bad++ < 5)
@@ -43,21 +44,28 @@ static void compare(size_t n, const char *what)
                         betas[k][1], a[i], b[i]);
     }
     memcpy(a, g, n * 4); memcpy(b, g, n * 4);
-    k3_silu_mul_n(K3_ISA_AVX2, a, u, n);
+    k3_silu_mul_n(isa, a, u, n);
     k3_silu_mul_n(K3_ISA_SCALAR, b, u, n);
     for (size_t i = 0; i < n; i++)
         if (!same(a[i], b[i]) && bad++ < 10) fprintf(stderr, "%s: silu(%a) * %a = %a, scalar %a\n", what, g[i], u[i], a[i], b[i]);
     memcpy(a, g, n * 4); memcpy(b, g, n * 4);
-    k3_sigmoid_n(K3_ISA_AVX2, a, n);
+    k3_sigmoid_n(isa, a, n);
     k3_sigmoid_n(K3_ISA_SCALAR, b, n);
     for (size_t i = 0; i < n; i++)
         if (!same(a[i], b[i]) && bad++ < 15) fprintf(stderr, "%s: sigmoid(%a) = %a, scalar %a\n", what, g[i], a[i], b[i]);
     memcpy(a, g, n * 4); memcpy(b, g, n * 4);
-    k3_exp_n(K3_ISA_AVX2, a, n);
+    k3_exp_n(isa, a, n);
     k3_exp_n(K3_ISA_SCALAR, b, n);
     for (size_t i = 0; i < n; i++)
         if (!same(a[i], b[i]) && bad++ < 20) fprintf(stderr, "%s: exp(%a) = %a, scalar %a\n", what, g[i], a[i], b[i]);
     CHECK_MSG(bad == 0, "%s: %d elements differ", what, bad);
+}
+
+/* Every vector path the CPU has (avx512: math_avx512.c, eight doubles at a time). */
+static void compare(size_t n, const char *what)
+{
+    compare_isa(K3_ISA_AVX2, n, what);
+    if (k3_isa_supported(K3_ISA_AVX512)) compare_isa(K3_ISA_AVX512, n, what);
 }
 
 int main(void)
@@ -99,6 +107,6 @@ int main(void)
         for (size_t j = 0; j < sizeof special / sizeof special[0]; j++) { g[n] = special[i]; u[n] = special[j]; n++; }
     compare(n, "edges");
     /* 4. lengths that leave a tail of 1, 2, 3 elements after the vectors */
-    for (size_t len = 1; len < 12; len++) compare(len, "short");
+    for (size_t len = 1; len < 20; len++) compare(len, "short");
     return k3_test_done();
 }
