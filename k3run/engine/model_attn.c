@@ -21,9 +21,9 @@
 #include "attn.h"
 #include "k3_math.h"
 
-/* Depthwise causal conv + SiLU over T tokens of one projection, in place.
-   y: [T][C] pre-conv inputs -> outputs; win: [C][W-1] state, moved past the T tokens unless
-   keep; taps: [C][W]; tmp: [W-1+T]. */
+/* Depthwise causal conv over T tokens of one projection, in place (the SiLU after it is the
+   caller's, on the whole [T][C] at once). y: [T][C] pre-conv inputs -> conv outputs; win: [C][W-1]
+   state, moved past the T tokens unless keep; taps: [C][W]; tmp: [W-1+T]. */
 static void short_conv(float *y, float *win, const float *taps, uint32_t C, uint32_t W, uint32_t T, int keep,
                        float *tmp)
 {
@@ -35,7 +35,7 @@ static void short_conv(float *y, float *win, const float *taps, uint32_t C, uint
         for (uint32_t t = 0; t < T; t++) {
             float acc = w[0] * tmp[t];                       /* oldest tap first, current last */
             for (uint32_t i = 1; i < W; i++) acc = acc + w[i] * tmp[t + i];
-            y[(size_t)t * C + c] = k3_siluf(acc);
+            y[(size_t)t * C + c] = acc;
         }
         if (!keep)
             for (uint32_t i = 0; i < h; i++) win[(size_t)c * h + i] = tmp[T + i];
@@ -80,6 +80,7 @@ k3_err k3_kda(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3
             short_conv(proj[j] + (size_t)gr->row0 * C, st->win + (size_t)j * C * (W - 1), m->conv_w + (size_t)j * C * W,
                        C, W, gr->T, rec != NULL, m->convtmp);
     }
+    for (int j = 0; j < 3; j++) k3_silu_n(m->o.isa, proj[j], (size_t)T * C);   /* SiLU after the conv */
     /* L2 norm per head, then q * K^-0.5 (pitfall 5) */
     float qscale = (float)(1.0 / sqrt((double)K));
     for (uint32_t t = 0; t < T; t++)
@@ -96,11 +97,17 @@ k3_err k3_kda(k3_model *m, int layer, uint32_t T, const float *x, float *out, k3
     k3w_vec(k3w_get(w, layer, K3W_KDA_ALOG), m->alog);                /* [H] */
     for (uint32_t hh = 0; hh < H; hh++) m->alog[hh] = k3_expf(m->alog[hh]);
     float lb = (float)c->kda_gate_lower_bound;
-    for (uint32_t t = 0; t < T; t++)
-        for (uint32_t i = 0; i < C; i++) {
-            float zz = g[(size_t)t * C + i] + m->headvec[i], A = m->alog[i / K];
-            g[(size_t)t * C + i] = c->kda_has_lower_bound ? lb * k3_sigmoidf(A * zz) : -A * k3_softplusf(zz);
-        }
+    if (c->kda_has_lower_bound) {                  /* lb * sigmoid(A z), the sigmoid on the array at once */
+        for (uint32_t t = 0; t < T; t++)
+            for (uint32_t i = 0; i < C; i++) g[(size_t)t * C + i] = m->alog[i / K] * (g[(size_t)t * C + i] + m->headvec[i]);
+        k3_sigmoid_n((int)m->o.isa, g, (size_t)T * C);
+        for (size_t i = 0; i < (size_t)T * C; i++) g[i] = lb * g[i];
+    } else
+        for (uint32_t t = 0; t < T; t++)
+            for (uint32_t i = 0; i < C; i++) {
+                float zz = g[(size_t)t * C + i] + m->headvec[i], A = m->alog[i / K];
+                g[(size_t)t * C + i] = -A * k3_softplusf(zz);
+            }
     float *beta = m->small;                                           /* [T][H] (fa is used up) */
     k3_lin(m, k3w_get(w, layer, K3W_KDA_B), x, T, beta);
     k3_sigmoid_n((int)m->o.isa, beta, (size_t)T * H);

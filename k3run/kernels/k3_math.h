@@ -30,6 +30,7 @@ float k3_rsqrtf(float x);
  */
 void k3_situ_n(int isa, float *g, const float *u, size_t n, float b, float bl);  /* g = situ(g, u) */
 void k3_silu_mul_n(int isa, float *g, const float *u, size_t n);   /* g = k3_siluf(g) * u */
+void k3_silu_n(int isa, float *x, size_t n);                       /* x = k3_siluf(x) */
 void k3_sigmoid_n(int isa, float *x, size_t n);                    /* x = k3_sigmoidf(x) */
 void k3_exp_n(int isa, float *x, size_t n);                        /* x = k3_expf(x) */
 /* math_avx2.c (call only where the CPU has AVX2) */

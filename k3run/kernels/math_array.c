@@ -26,6 +26,13 @@ void k3_silu_mul_n(int isa, float *g, const float *u, size_t n)
     for (size_t i = 0; i < n; i++) g[i] = k3_siluf(g[i]) * u[i];
 }
 
+void k3_silu_n(int isa, float *x, size_t n)
+{
+    float one[256];                                  /* silu(x) * 1.0f: the same bits as silu(x) */
+    for (int i = 0; i < 256; i++) one[i] = 1.0f;
+    for (size_t i = 0; i < n; i += 256) k3_silu_mul_n(isa, x + i, one, n - i < 256 ? n - i : 256);
+}
+
 void k3_sigmoid_n(int isa, float *x, size_t n)
 {
     if (use_avx512(isa)) { k3_sigmoid_avx512(x, n); return; }
