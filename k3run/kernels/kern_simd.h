@@ -690,6 +690,10 @@ KS_INLINE void KS_FN(ft_body)(const k3_mat *W, const float *xp, int T, int R, fl
         for (int k = 0; k < R; k++) {
             const uint16_t *p0 = (const uint16_t *)W->data + (size_t)row[k][0] * cols + 16 * g;
             const uint16_t *p1 = (const uint16_t *)W->data + (size_t)row[k][KS_NR - 1] * cols + 16 * g;
+            if (g % 2 == 0) {                                   /* the row 1 KiB ahead */
+                KS_PREFETCH(p0, 1024);
+                if (KS_NR > 1) KS_PREFETCH(p1, 1024);
+            }
             ks_vi raw = ks_permq_d8(ks_ld256(p0, p1));          /* as mm_decode */
             ks_vf w0 = ks_if(ks_slli32(raw, 16)), w1 = ks_if(ks_slli32(ks_srli32(raw, 16), 16));
             for (int t = 0; t < T; t++) {
