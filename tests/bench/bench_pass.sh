@@ -16,7 +16,10 @@ threads=${3:-$(nproc)}
 here=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${K3_BIN:-$here/build/bin}          # K3_BIN: another build's binaries (a before/after)
 PY=/usr/bin/python3
-export OMP_WAIT_POLICY=passive
+# OpenMP's wait policy: libgomp's default (threads spin a while between parallel regions), as
+# k3run runs for its users, unless OMP_WAIT_POLICY is set (passive: sleeping threads, fairer on a
+# shared machine; the tables in docs/PERFORMANCE.md before 2026-12-06 were measured so, and a
+# pass of a few tokens, many short regions, cost up to 1.5x as much there)
 mkdir -p "$work"
 ck=$work/ckpt-$preset
 pk=$work/pack-$preset
