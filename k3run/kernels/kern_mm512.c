@@ -1,6 +1,6 @@
 /*
- * kern_mm512.c - the AVX-512 matrix-matrix product (T >= 2 tokens), compiled
- * with -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -O3.
+ * kern_mm512.c - the AVX-512 matrix-matrix products (T >= 2 tokens, x packed by
+ * k3_xpack_avx512), compiled with -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -O3.
  *
  * One __m512 holds one row's 16 lanes (kern_simd.h's AVX-512 form holds two
  * half-rows of 8), so a register tile is R rows x TT tokens of whole
@@ -8,18 +8,19 @@
  * vector one load. Slot order: slot k < 8 of a 16-group holds element 2k
  * (canonical lane 2k), slot 8 + k element 2k + 1, the order in which the
  * MXFP4 nibbles and the BF16 halves of a 32-bit word come apart; x is packed
- * in it once per product (k3_xpack_avx512) or per chunk here. Each
- * accumulator takes its row's 16-groups in increasing order, one FMA per
- * group, and the lanes meet only in the fixed tree after the last column
- * (docs/KERNELS.md, "AVX-512 matrix-matrix"): the canonical order, so the
- * bits equal the scalar path's at every T.
+ * in it once per product. Each accumulator takes its row's 16-groups in
+ * increasing order, one FMA per group, and the lanes meet only in the fixed
+ * tree after the last column (docs/KERNELS.md, "AVX-512 matrix-matrix"): the
+ * canonical order, so the bits equal the scalar path's at every T.
  *
- * Blocking: the caller's rows [r0, r1) in blocks of MB rows; per block, tokens
- * in chunks of TC, columns in chunks of KC; per column chunk the block's
- * rows are decoded in panels of RP rows x KC columns (16 KiB: beside a token
- * tile's x it stays in L1) and met by every token tile of the chunk. The lane
- * sums of the block's rows and the chunk's tokens wait in acc between column
- * chunks.
+ * Two kernels. k3_mm512, the panel kernel: the caller's rows [r0, r1) in
+ * blocks of MB rows; per block, tokens in chunks of TC, columns in chunks of up
+ * to KC; per column chunk the block's rows are decoded in panels of RP rows
+ * (64 KiB at most: L2) and met by every token tile of the chunk; the lane sums
+ * wait in acc between column chunks; the first token tile of a panel prefetches
+ * the next panel into L2. k3_ft512, the register kernel for a few tokens (the
+ * end of the file): sums in registers over the whole row, weights decoded in
+ * registers, nothing stored. kern_avx512.c picks between them.
  */
 #include <immintrin.h>
 #include <math.h>
@@ -45,7 +46,7 @@
 #endif
 #define KG (KC / 16)      /* 16-groups per chunk at most */
 #define TC 64             /* tokens per chunk */
-#define AS (TC + 1)        /* vectors from one row of acc to the next: not 4 KiB apart */
+#define AS (TC + 1)       /* vectors from one row of acc to the next: not 4 KiB apart */
 
 /* slot k of a packed 16-group takes element mm_eo[k] */
 static const int32_t mm_eo[16] __attribute__((aligned(64))) = {
@@ -314,7 +315,7 @@ void k3_mm512(const k3_mat *W, const float *x, size_t ldx, const float *xp, uint
  * stream from memory once; nothing is stored between groups. */
 #define FT 6              /* tokens at most */
 
-/* Row p's 16-groups g, g + 1 (g even; BF16: g + 1 < ng) in slot order. */
+/* Row r's 16-groups g, g + 1 (g even; BF16: g + 1 < ng) in slot order, into w0, w1. */
 static inline __attribute__((always_inline)) void ft_dec2(int enc, const k3_mat *W, size_t r, uint32_t g,
                                                           __m512 *w0, __m512 *w1)
 {
