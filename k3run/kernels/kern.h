@@ -101,7 +101,7 @@ void k3_kern_rows_avx2(const k3_mat *W, const float *x, size_t ldx, const float 
 void k3_kern_rows_avx512(const k3_mat *W, const float *x, size_t ldx, const float *xp, uint32_t T,
                          float *y, size_t ldy, uint32_t r0, uint32_t r1);
 void k3_xpack_avx2(const float *x, size_t ldx, uint32_t T, uint32_t cols, float *xp);
-/* kern_mm512.c: the AVX-512 matrix-matrix product (T >= 2; xp from k3_xpack_avx512 or NULL) */
+/* kern_mm512.c: the AVX-512 matrix-matrix product (T >= 2; xp from k3_xpack_avx512, required) */
 void k3_mm512(const k3_mat *W, const float *x, size_t ldx, const float *xp, uint32_t T, float *y,
               size_t ldy, uint32_t r0, uint32_t r1);
 void k3_xpack_avx512(const float *x, size_t ldx, uint32_t T, uint32_t cols, float *xp);

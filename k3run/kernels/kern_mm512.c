@@ -72,75 +72,82 @@ typedef struct mm_work {
     uint32_t row[MB];                 /* [row of the block] matrix row (the last repeated) */
 } mm_work;
 
-/* ---- decoding a panel: rows row[0..RP), groups [g0, g0+gn) into pan[0..gn) ----
- * nx[r]: where row r of the next panel starts (its codes at its first group), prefetched a
- * line for each line decoded here: a panel ahead of the decode, which streams from memory. */
+/* ---- decoding: a row's 16-groups into the slot order ---- */
+
+/* Row r's codes at 16-group g: BF16 32 bytes a group, Q8 16, MXFP4 8 (and its scales apart). */
+static inline __attribute__((always_inline)) const char *grp_ptr(int enc, const k3_mat *W, size_t r, uint32_t g)
+{
+    if (enc == K3_ENC_BF16) return (const char *)W->data + (r * W->cols + 16 * (size_t)g) * 2;
+    if (enc == K3_ENC_Q8) return (const char *)W->data + r * W->cols + 16 * (size_t)g;
+    return (const char *)W->data + r * (W->cols / 2) + 8 * (size_t)g;
+}
+
+/* Row r's 16-groups g, g + 1 (g even; BF16: g + 1 < ng) into w0, w1. BF16: a 32-bit word holds
+   elements 2d, 2d + 1; the evens and odds of both groups come apart with a shift and an and.
+   MXFP4: k3_mx_table[s] holds a block's 16 canonical weights (-0 for code 8, NaN for scale
+   255), so one vpermps decodes 16 of them exactly; byte k holds elements 2k, 2k + 1 (the low 4
+   bits of an index are all vpermps reads). Q8: fp32(q) * e8m0(s), one exact multiply
+   (k3_mx_table[s][2] = 1.0 * e8m0(s)). */
+static inline __attribute__((always_inline)) void dec2(int enc, const k3_mat *W, size_t r, uint32_t g,
+                                                       __m512 *w0, __m512 *w1)
+{
+    const char *p = grp_ptr(enc, W, r, g);
+    __m512 e, o;                                                     /* evens, odds of g | of g + 1 */
+    if (enc == K3_ENC_BF16) {
+        __m512i v = _mm512_loadu_si512(p);
+        e = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+        o = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0xFFFF0000u)));
+    } else if (enc == K3_ENC_MXFP4) {
+        __m512 tab = _mm512_load_ps(k3_mx_table[W->scales[r * (W->cols / 32) + g / 2]]);
+        __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)p));
+        e = _mm512_permutexvar_ps(c, tab);
+        o = _mm512_permutexvar_ps(_mm512_srli_epi32(c, 4), tab);
+    } else {
+        const __m512 sc = _mm512_set1_ps(k3_mx_table[W->scales[r * (W->cols / 32) + g / 2]][2]);
+        const __m512i eo = _mm512_load_si512(mm_eo);
+        __m512i c0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)p));
+        __m512i c1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p + 16)));
+        *w0 = _mm512_permutexvar_ps(eo, _mm512_mul_ps(_mm512_cvtepi32_ps(c0), sc));
+        *w1 = _mm512_permutexvar_ps(eo, _mm512_mul_ps(_mm512_cvtepi32_ps(c1), sc));
+        return;
+    }
+    *w0 = _mm512_shuffle_f32x4(e, o, 0x44);
+    *w1 = _mm512_shuffle_f32x4(e, o, 0xEE);
+}
+
+/* A BF16 row's odd last 16-group g, alone. */
+static inline __m512 dec1_bf16(const k3_mat *W, size_t r, uint32_t g)
+{
+    __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)grp_ptr(K3_ENC_BF16, W, r, g));
+    __m256 e = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+    __m256 o = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xFFFF0000u)));
+    return _mm512_insertf32x8(_mm512_castps256_ps512(e), o, 1);
+}
+
+/* A panel: rows row[0..RP), groups [g0, g0+gn) into pan[0..gn) (MXFP4, Q8: g0, gn even). */
+static inline __attribute__((always_inline)) void dec_panel(int enc, mm_work *w, const k3_mat *W,
+                                                            const uint32_t *row, uint32_t g0, uint32_t gn)
+{
+    for (int r = 0; r < RP; r++) {
+        uint32_t g = 0;
+        for (; g + 2 <= gn; g += 2) dec2(enc, W, row[r], g0 + g, &w->pan[g][r], &w->pan[g + 1][r]);
+        if (g < gn) w->pan[g][r] = dec1_bf16(W, row[r], g0 + g);
+    }
+}
 
 static void dec_bf16(mm_work *w, const k3_mat *W, const uint32_t *row, uint32_t g0, uint32_t gn)
-{
-    const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
-    for (int r = 0; r < RP; r++) {
-        const uint16_t *p = (const uint16_t *)W->data + (size_t)row[r] * W->cols + 16 * g0;
-        uint32_t g = 0;
-        for (; g + 2 <= gn; g += 2) {            /* 32 weights: dword d holds elements 2d, 2d+1 */
-            __m512i v = _mm512_loadu_si512(p + 16 * g);
-            __m512 e = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));   /* evens of g | of g+1 */
-            __m512 o = _mm512_castsi512_ps(_mm512_and_si512(v, hi));    /* odds */
-            w->pan[g][r] = _mm512_shuffle_f32x4(e, o, 0x44);
-            w->pan[g + 1][r] = _mm512_shuffle_f32x4(e, o, 0xEE);
-        }
-        if (g < gn) {
-            __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(p + 16 * g));
-            __m256 e = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-            __m256 o = _mm256_castsi256_ps(_mm256_and_si256(v, _mm512_castsi512_si256(hi)));
-            w->pan[g][r] = _mm512_insertf32x8(_mm512_castps256_ps512(e), o, 1);
-        }
-    }
-}
-
-/* MXFP4: k3_mx_table[s] holds a block's 16 canonical weights (-0 for code 8, NaN
-   for scale 255), so one vpermps decodes 16 of them exactly. g0, gn even. */
+{ dec_panel(K3_ENC_BF16, w, W, row, g0, gn); }
 static void dec_mx(mm_work *w, const k3_mat *W, const uint32_t *row, uint32_t g0, uint32_t gn)
-{
-    for (int r = 0; r < RP; r++) {
-        const uint8_t *q = (const uint8_t *)W->data + (size_t)row[r] * (W->cols / 2) + 8 * g0;
-        const uint8_t *s = W->scales + (size_t)row[r] * (W->cols / 32) + g0 / 2;
-        for (uint32_t g = 0; g < gn; g += 2) {   /* one block: byte k holds elements 2k, 2k+1 */
-            __m512 tab = _mm512_load_ps(k3_mx_table[s[g / 2]]);
-            __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(q + 8 * g)));
-            __m512 e = _mm512_permutexvar_ps(c, tab);                   /* low 4 bits: even codes */
-            __m512 o = _mm512_permutexvar_ps(_mm512_srli_epi32(c, 4), tab);
-            w->pan[g][r] = _mm512_shuffle_f32x4(e, o, 0x44);
-            w->pan[g + 1][r] = _mm512_shuffle_f32x4(e, o, 0xEE);
-        }
-    }
-}
-
-/* Q8: fp32(q) * e8m0(s), one exact multiply (k3_mx_table[s][2] = 1.0 * e8m0(s)). */
+{ dec_panel(K3_ENC_MXFP4, w, W, row, g0, gn); }
 static void dec_q8(mm_work *w, const k3_mat *W, const uint32_t *row, uint32_t g0, uint32_t gn)
-{
-    const __m512i eo = _mm512_load_si512(mm_eo);
-    for (int r = 0; r < RP; r++) {
-        const int8_t *q = (const int8_t *)W->data + (size_t)row[r] * W->cols + 16 * g0;
-        const uint8_t *s = W->scales + (size_t)row[r] * (W->cols / 32) + g0 / 2;
-        for (uint32_t g = 0; g < gn; g++) {
-            __m512i c = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(q + 16 * g)));
-            __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(c), _mm512_set1_ps(k3_mx_table[s[g / 2]][2]));
-            w->pan[g][r] = _mm512_permutexvar_ps(eo, v);
-        }
-    }
-}
+{ dec_panel(K3_ENC_Q8, w, W, row, g0, gn); }
 
 /* nx[r]: the codes of row[r] at group g0 (and its scales prefetched: a line holds 64 blocks') */
 static void panel_rows(const k3_mat *W, const uint32_t *row, uint32_t g0, const char **nx)
 {
     for (int r = 0; r < RP; r++) {
-        if (W->enc == K3_ENC_BF16) {
-            nx[r] = (const char *)W->data + ((size_t)row[r] * W->cols + 16 * g0) * 2;
-            continue;
-        }
-        nx[r] = (const char *)W->data + (W->enc == K3_ENC_Q8 ? (size_t)row[r] * W->cols + 16 * g0
-                                                           : (size_t)row[r] * (W->cols / 2) + 8 * g0);
+        nx[r] = grp_ptr(W->enc, W, row[r], g0);
+        if (W->enc == K3_ENC_BF16) continue;
         const uint8_t *s = W->scales + (size_t)row[r] * (W->cols / 32) + g0 / 2;
         for (uint32_t b = 0; b < W->cols / 2048 + 1; b++) __builtin_prefetch(s + 64 * b);
     }
@@ -315,39 +322,6 @@ void k3_mm512(const k3_mat *W, const float *x, size_t ldx, const float *xp, uint
  * stream from memory once; nothing is stored between groups. */
 #define FT 6              /* tokens at most */
 
-/* Row r's 16-groups g, g + 1 (g even; BF16: g + 1 < ng) in slot order, into w0, w1. */
-static inline __attribute__((always_inline)) void ft_dec2(int enc, const k3_mat *W, size_t r, uint32_t g,
-                                                          __m512 *w0, __m512 *w1)
-{
-    __m512 e, o;
-    if (enc == K3_ENC_BF16) {
-        const uint16_t *p = (const uint16_t *)W->data + r * W->cols + 16 * g;
-        __builtin_prefetch(p + 512);                                 /* 1 KiB ahead */
-        __m512i v = _mm512_loadu_si512(p);
-        e = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
-        o = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0xFFFF0000u)));
-    } else if (enc == K3_ENC_MXFP4) {
-        const uint8_t *q = (const uint8_t *)W->data + r * (W->cols / 2) + 8 * g;
-        __builtin_prefetch(q + 512);
-        __m512 tab = _mm512_load_ps(k3_mx_table[W->scales[r * (W->cols / 32) + g / 2]]);
-        __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)q));
-        e = _mm512_permutexvar_ps(c, tab);
-        o = _mm512_permutexvar_ps(_mm512_srli_epi32(c, 4), tab);
-    } else {
-        const int8_t *q = (const int8_t *)W->data + r * W->cols + 16 * g;
-        __builtin_prefetch(q + 512);
-        const __m512 sc = _mm512_set1_ps(k3_mx_table[W->scales[r * (W->cols / 32) + g / 2]][2]);
-        const __m512i eo = _mm512_load_si512(mm_eo);
-        __m512i c0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)q));
-        __m512i c1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(q + 16)));
-        *w0 = _mm512_permutexvar_ps(eo, _mm512_mul_ps(_mm512_cvtepi32_ps(c0), sc));
-        *w1 = _mm512_permutexvar_ps(eo, _mm512_mul_ps(_mm512_cvtepi32_ps(c1), sc));
-        return;
-    }
-    *w0 = _mm512_shuffle_f32x4(e, o, 0x44);
-    *w1 = _mm512_shuffle_f32x4(e, o, 0xEE);
-}
-
 /* Rows row[0..R) x tokens [0, T) into s[r * T + t] (slot-order sums). */
 static inline __attribute__((always_inline)) void ft_body(int enc, const k3_mat *W, const float *xp, size_t xs,
                                                           int T, int R, const uint32_t *row, __m512 *s)
@@ -365,18 +339,15 @@ static inline __attribute__((always_inline)) void ft_body(int enc, const k3_mat 
         }
         for (int r = 0; r < R; r++) {
             __m512 w0, w1;
-            ft_dec2(enc, W, row[r], g, &w0, &w1);
+            __builtin_prefetch(grp_ptr(enc, W, row[r], g) + (enc == K3_ENC_BF16 ? 1024 : 512));   /* ahead */
+            dec2(enc, W, row[r], g, &w0, &w1);
             for (int t = 0; t < T; t++) a[r][t] = _mm512_fmadd_ps(w0, x0[t], a[r][t]);
             for (int t = 0; t < T; t++) a[r][t] = _mm512_fmadd_ps(w1, x1[t], a[r][t]);
         }
     }
     if (g < ng) {                     /* BF16: an odd last 16-group */
         for (int r = 0; r < R; r++) {
-            const uint16_t *p = (const uint16_t *)W->data + (size_t)row[r] * W->cols + 16 * g;
-            __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)p);
-            __m256 e = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-            __m256 o = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xFFFF0000u)));
-            __m512 w0 = _mm512_insertf32x8(_mm512_castps256_ps512(e), o, 1);
+            __m512 w0 = dec1_bf16(W, row[r], g);
             for (int t = 0; t < T; t++)
                 a[r][t] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xp + (size_t)t * xs + 16 * g), a[r][t]);
         }
