@@ -8,6 +8,7 @@
 #ifndef K3_MATH_H
 #define K3_MATH_H
 
+#include <math.h>
 #include <stddef.h>
 
 float k3_expf(float x);        /* e^x: correctly rounded in practice (double evaluation) */
@@ -33,6 +34,13 @@ void k3_silu_mul_n(int isa, float *g, const float *u, size_t n);   /* g = k3_sil
 void k3_silu_n(int isa, float *x, size_t n);                       /* x = k3_siluf(x) */
 void k3_sigmoid_n(int isa, float *x, size_t n);                    /* x = k3_sigmoidf(x) */
 void k3_exp_n(int isa, float *x, size_t n);                        /* x = k3_expf(x) */
+/* For the vector forms: d a power of two whose reciprocal is exact (x / d = x * (1 / d), the same
+   bits), far from the exponent's ends. */
+static inline int k3_is_pow2(double d)
+{
+    int e;
+    return d > 0 && isfinite(d) && frexp(d, &e) == 0.5 && e > -1020 && e < 1020;
+}
 /* math_avx2.c (call only where the CPU has AVX2) */
 void k3_situ_avx2(float *g, const float *u, size_t n, float b, float bl);
 void k3_silu_mul_avx2(float *g, const float *u, size_t n);

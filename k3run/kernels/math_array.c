@@ -8,7 +8,7 @@
 
 #include "kern.h"
 
-/* The array forms (k3_math.h): the AVX2 code where the path allows it, else the loops. */
+/* The array forms (k3_math.h): the widest vector code the path allows, else the loops. */
 static int use_avx2(int isa) { return isa >= K3_ISA_AVX2 && k3_isa_supported(K3_ISA_AVX2); }
 static int use_avx512(int isa) { return isa >= K3_ISA_AVX512 && k3_isa_supported(K3_ISA_AVX512); }
 

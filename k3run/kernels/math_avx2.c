@@ -80,12 +80,6 @@ static inline __m256d v_div_by(__m256d x, __m256d d, __m256d inv, int pow2)
     return pow2 ? _mm256_mul_pd(x, inv) : _mm256_div_pd(x, d);
 }
 
-static int is_pow2(double d)
-{
-    int e;
-    return d > 0 && isfinite(d) && frexp(d, &e) == 0.5 && e > -1020 && e < 1020;
-}
-
 /* situ of four elements: the scalar k3_situf's operations, vectorised */
 static inline __m128 v_situ4(__m256d gd, __m256d ud, __m256d bd, __m256d bld, __m256d binv, int b2)
 {
@@ -97,7 +91,7 @@ static inline __m128 v_situ4(__m256d gd, __m256d ud, __m256d bd, __m256d bld, __
 void k3_situ_avx2(float *g, const float *u, size_t n, float b, float bl)
 {
     const __m256d bd = _mm256_set1_pd((double)b), bld = _mm256_set1_pd((double)bl);
-    const int b2 = is_pow2(b);
+    const int b2 = k3_is_pow2((double)b);
     const __m256d binv = _mm256_set1_pd(b2 ? 1.0 / (double)b : 0.0);
     size_t i = 0;
     /* eight elements per step, as two independent groups of four: the long dependency chains

@@ -78,12 +78,6 @@ static inline __m512d v_div_by(__m512d x, __m512d d, __m512d inv, int pow2)
     return pow2 ? _mm512_mul_pd(x, inv) : _mm512_div_pd(x, d);
 }
 
-static int is_pow2(double d)
-{
-    int e;
-    return d > 0 && isfinite(d) && frexp(d, &e) == 0.5 && e > -1020 && e < 1020;
-}
-
 /* situ of eight elements: the scalar k3_situf's operations, vectorised */
 static inline __m256 v_situ8(__m512d gd, __m512d ud, __m512d bd, __m512d bld, __m512d binv, int b2)
 {
@@ -97,7 +91,7 @@ static inline __m512d ld8(const float *p) { return _mm512_cvtps_pd(_mm256_loadu_
 void k3_situ_avx512(float *g, const float *u, size_t n, float b, float bl)
 {
     const __m512d bd = _mm512_set1_pd((double)b), bld = _mm512_set1_pd((double)bl);
-    const int b2 = is_pow2(b);
+    const int b2 = k3_is_pow2((double)b);
     const __m512d binv = _mm512_set1_pd(b2 ? 1.0 / (double)b : 0.0);
     size_t i = 0;
     for (; i + 16 <= n; i += 16) {                  /* two independent groups: their chains overlap */
