@@ -228,9 +228,11 @@ static void q8_mv(const k3_mat *W, const float *x, float *y, uint32_t r0, uint32
 }
 
 /* Tokens up to which the register kernel (k3_ft512) beats the panel (k3_mm512): measured on
-   a 12288 x 7168 matrix from memory, all three encodings cross between 9 and 10
-   (docs/PERFORMANCE.md). */
-#define K3_FT512_MAX 9
+   a 12288 x 7168 matrix from memory (docs/KERNELS.md): at 10 (5 + 5) the register kernel, at
+   12 and 16 the panel. */
+#ifndef K3_FT512_MAX
+#define K3_FT512_MAX 10
+#endif
 
 void k3_kern_rows_avx512(const k3_mat *W, const float *x, size_t ldx, const float *xp, uint32_t T,
                          float *y, size_t ldy, uint32_t r0, uint32_t r1)

@@ -320,11 +320,18 @@ void k3_mm512(const k3_mat *W, const float *x, size_t ldx, const float *xp, uint
  * once) and met at once by the T tokens' packed x, group g then g + 1: each sum still takes
  * its row's 16-groups in increasing order, so the bits are the panel kernel's. The weights
  * stream from memory once; nothing is stored between groups. */
-#define FT 6              /* tokens at most */
+#define FT 8              /* tokens at most */
+#ifndef FT_PF
+#define FT_PF 512         /* bytes of a BF16 row prefetched ahead (half for MXFP4, Q8) */
+#endif
 
-/* Rows row[0..R) x tokens [0, T) into s[r * T + t] (slot-order sums). */
+/* Rows row[0..R) x tokens [0, T) into s[r * T + t] (slot-order sums). Two loop orders of the
+   same additions: xo (x outer: the T tokens' x in 2 T registers, each row decoded and met by
+   them) where T is small, and the tokens outer (the R rows' two decoded groups in 2 R
+   registers, each token's x loaded and met by every row) where 2 T registers of x would leave
+   room for too few rows. */
 static inline __attribute__((always_inline)) void ft_body(int enc, const k3_mat *W, const float *xp, size_t xs,
-                                                          int T, int R, const uint32_t *row, __m512 *s)
+                                                          int T, int R, int xo, const uint32_t *row, __m512 *s)
 {
     const uint32_t ng = W->cols / 16;
     __m512 a[8][FT];                  /* [row][token] */
@@ -332,17 +339,31 @@ static inline __attribute__((always_inline)) void ft_body(int enc, const k3_mat 
         for (int t = 0; t < T; t++) a[r][t] = _mm512_setzero_ps();
     uint32_t g = 0;
     for (; g + 2 <= ng; g += 2) {
-        __m512 x0[FT], x1[FT];
-        for (int t = 0; t < T; t++) {
-            x0[t] = _mm512_loadu_ps(xp + (size_t)t * xs + 16 * g);
-            x1[t] = _mm512_loadu_ps(xp + (size_t)t * xs + 16 * g + 16);
-        }
-        for (int r = 0; r < R; r++) {
-            __m512 w0, w1;
-            __builtin_prefetch(grp_ptr(enc, W, row[r], g) + (enc == K3_ENC_BF16 ? 1024 : 512));   /* ahead */
-            dec2(enc, W, row[r], g, &w0, &w1);
-            for (int t = 0; t < T; t++) a[r][t] = _mm512_fmadd_ps(w0, x0[t], a[r][t]);
-            for (int t = 0; t < T; t++) a[r][t] = _mm512_fmadd_ps(w1, x1[t], a[r][t]);
+        if (xo) {
+            __m512 x0[FT], x1[FT];
+            for (int t = 0; t < T; t++) {
+                x0[t] = _mm512_loadu_ps(xp + (size_t)t * xs + 16 * g);
+                x1[t] = _mm512_loadu_ps(xp + (size_t)t * xs + 16 * g + 16);
+            }
+            for (int r = 0; r < R; r++) {
+                __m512 w0, w1;
+                __builtin_prefetch(grp_ptr(enc, W, row[r], g) + (enc == K3_ENC_BF16 ? FT_PF : FT_PF / 2));   /* ahead */
+                dec2(enc, W, row[r], g, &w0, &w1);
+                for (int t = 0; t < T; t++) a[r][t] = _mm512_fmadd_ps(w0, x0[t], a[r][t]);
+                for (int t = 0; t < T; t++) a[r][t] = _mm512_fmadd_ps(w1, x1[t], a[r][t]);
+            }
+        } else {
+            __m512 w0[8], w1[8];
+            for (int r = 0; r < R; r++) {
+                __builtin_prefetch(grp_ptr(enc, W, row[r], g) + (enc == K3_ENC_BF16 ? FT_PF : FT_PF / 2));
+                dec2(enc, W, row[r], g, &w0[r], &w1[r]);
+            }
+            for (int t = 0; t < T; t++) {
+                __m512 x0 = _mm512_loadu_ps(xp + (size_t)t * xs + 16 * g);
+                __m512 x1 = _mm512_loadu_ps(xp + (size_t)t * xs + 16 * g + 16);
+                for (int r = 0; r < R; r++) a[r][t] = _mm512_fmadd_ps(w0[r], x0, a[r][t]);
+                for (int r = 0; r < R; r++) a[r][t] = _mm512_fmadd_ps(w1[r], x1, a[r][t]);
+            }
         }
     }
     if (g < ng) {                     /* BF16: an odd last 16-group */
@@ -356,22 +377,30 @@ static inline __attribute__((always_inline)) void ft_body(int enc, const k3_mat 
         for (int t = 0; t < T; t++) s[r * T + t] = a[r][t];
 }
 
-/* rows per pass for T tokens: R x T sums + 2 T of x + the decode's few in 32 registers */
-#define FT_R(T) ((T) == 2 ? 8 : (T) == 3 ? 6 : (T) == 4 ? 4 : (T) == 5 ? 3 : 2)
+/* Rows per pass for T tokens, and the loop order: R x T sums and 2 T of x (x outer) or 2 R
+   decoded weights and 2 of x (tokens outer) in the 32 registers. */
+#ifndef FT_R
+#define FT_R(T) ((T) == 2 ? 8 : (T) == 3 ? 6 : (T) == 4 ? 4 : (T) == 5 ? 4 : 3)
+#endif
+#ifndef FT_XO
+#define FT_XO(T) ((T) <= 4)
+#endif
 
 #define FT_FN(ENC, T) \
     static __attribute__((noinline)) void ft_##ENC##_##T(const k3_mat *W, const float *xp, size_t xs, \
                                                          int R, const uint32_t *row, __m512 *s) \
-    { if (R == FT_R(T)) ft_body(ENC, W, xp, xs, T, FT_R(T), row, s); \
-      else for (int r = 0; r < R; r++) ft_body(ENC, W, xp, xs, T, 1, row + r, s + r * T); }
-#define FT_FNS(ENC) FT_FN(ENC, 2) FT_FN(ENC, 3) FT_FN(ENC, 4) FT_FN(ENC, 5) FT_FN(ENC, 6)
+    { if (R == FT_R(T)) ft_body(ENC, W, xp, xs, T, FT_R(T), FT_XO(T), row, s); \
+      else for (int r = 0; r < R; r++) ft_body(ENC, W, xp, xs, T, 1, FT_XO(T), row + r, s + r * T); }
+#define FT_FNS(ENC) FT_FN(ENC, 2) FT_FN(ENC, 3) FT_FN(ENC, 4) FT_FN(ENC, 5) FT_FN(ENC, 6) \
+                    FT_FN(ENC, 7) FT_FN(ENC, 8)
 FT_FNS(K3_ENC_BF16)
 FT_FNS(K3_ENC_MXFP4)
 FT_FNS(K3_ENC_Q8)
 
 typedef void (*ft_fn)(const k3_mat *, const float *, size_t, int, const uint32_t *, __m512 *);
-#define FT_ROW(ENC) { ft_##ENC##_2, ft_##ENC##_3, ft_##ENC##_4, ft_##ENC##_5, ft_##ENC##_6 }
-static const ft_fn ft_fns[3][5] = { FT_ROW(K3_ENC_BF16), FT_ROW(K3_ENC_MXFP4), FT_ROW(K3_ENC_Q8) };
+#define FT_ROW(ENC) { ft_##ENC##_2, ft_##ENC##_3, ft_##ENC##_4, ft_##ENC##_5, ft_##ENC##_6, ft_##ENC##_7, \
+                     ft_##ENC##_8 }
+static const ft_fn ft_fns[3][FT - 1] = { FT_ROW(K3_ENC_BF16), FT_ROW(K3_ENC_MXFP4), FT_ROW(K3_ENC_Q8) };
 
 /* Tokens [0, T) (2..FT) of rows [r0, r1) of y; cols % 16 == 0. */
 static void ft_part(const k3_mat *W, const float *xp, uint32_t T, float *y, size_t ldy, uint32_t r0, uint32_t r1)
@@ -406,7 +435,7 @@ void k3_ft512(const k3_mat *W, const float *xp, uint32_t T, float *y, size_t ldy
 {
     const size_t xs = k3_xpack_cols(W->cols);
     uint32_t parts = (T + FT - 1) / FT, t0 = 0;
-    for (uint32_t i = 0; i < parts; i++) {              /* as even as they come (8: 4 + 4) */
+    for (uint32_t i = 0; i < parts; i++) {              /* as even as they come (10: 5 + 5) */
         uint32_t tn = (T - t0) / (parts - i);
         ft_part(W, xp + t0 * xs, tn, y + (size_t)t0 * ldy, ldy, r0, r1);
         t0 += tn;

@@ -14,7 +14,9 @@ here=$(cd "$(dirname "$0")/../.." && pwd)
 build=${BUILD:-build}
 case $build in /*) ;; *) build=$here/$build ;; esac
 PY=/usr/bin/python3
-export OMP_WAIT_POLICY=passive      # shared machines: a spinning barrier waits out other processes' time slices
+# OpenMP's wait policy: libgomp's default (spinning threads), as k3run runs for its users, unless
+# OMP_WAIT_POLICY is set (passive: sleeping threads, fairer on a shared machine; the tables in
+# docs/PERFORMANCE.md before 2026-12-06 were measured so)
 mkdir -p "$work"
 ck=$work/ckpt-small
 pk=$work/pack-small

@@ -21,6 +21,8 @@ budget=${4:-}
 bin=${K3_BIN:-$(dirname "$0")/../../build/bin}
 PY=/usr/bin/python3
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+# sleeping OpenMP threads: up to 4 ranks share the cores, and a rank's spinning threads would take
+# the time slices of the ranks it waits for
 export OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_WAIT_POLICY=passive
 work=$(mktemp -d /tmp/k3bench-mpi.XXXXXX)
 trap 'rm -rf "$work"' EXIT
