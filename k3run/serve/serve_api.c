@@ -609,8 +609,8 @@ static void add_stats(k3_chat_stats *all, const k3_chat_stats *st, int first)
  * (the leader) runs choice 0; once its prompt is processed (k3_chat_opts.on_prompt), it takes
  * every idle slot it can for the next choices and forks its state into each (k3_chat_fork: their
  * turns on the same request then process nothing), so they generate side by side, sharing each
- * pass. The choices no slot was free for the leader runs after its own, one after another, each
- * finding the prompt whole in its cache. Each choice is computed by exactly the code it runs
+ * pass. The choices no slot was free for go to the leader and the helpers as each finishes one,
+ * each finding the prompt whole in its cache. Each choice is computed by exactly the code it runs
  * alone, on a state equal to the one it would have alone, so its bytes are the same whichever
  * slot runs it and whatever shares its passes.
  */
@@ -692,17 +692,25 @@ static k3_err run_choice(srv_slot *sl, run_ctx *r, int i, lead_ctx *lead, k3_cha
     return e;
 }
 
+/* Choice i of j in helper slot sl, then the job's next choices while there are any: like the
+   leader, a helper that is done takes the next (its cache holds the processed prompt), so the
+   choices no slot was free for go side by side too. */
 void srv_api_help(srv *s, srv_slot *sl, srv_job *j, int i)
 {
-    srv_fork *f = &j->fork[i];
-    run_ctx r = {.s = s, .j = j, .acc = json_array()};
-    k3_diag d = {0};
-    f->e = run_choice(sl, &r, i, NULL, &f->st, &d);
-    if (f->e) {
-        k3_chat_reset(sl->chat);                  /* its state is unknown: start afresh */
-        snprintf(f->msg, sizeof f->msg, "%s", d.msg);
+    while (i >= 0) {
+        srv_fork *f = &j->fork[i];
+        run_ctx r = {.s = s, .j = j, .acc = json_array()};
+        k3_diag d = {0};
+        f->e = run_choice(sl, &r, i, NULL, &f->st, &d);
+        if (f->e) {
+            k3_chat_reset(sl->chat);              /* its state is unknown: start afresh */
+            snprintf(f->msg, sizeof f->msg, "%s", d.msg);
+        }
+        f->acc = r.acc;
+        pthread_mutex_lock(&s->mu);
+        i = !f->e && !j->cancel && !s->stopping && j->next_choice < j->n_choices ? j->next_choice++ : -1;
+        pthread_mutex_unlock(&s->mu);
     }
-    f->acc = r.acc;
 }
 
 /* The leader's gathering and the helpers' in the order of the choices (OpenAI's: entries with "index"). */

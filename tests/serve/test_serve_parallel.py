@@ -260,6 +260,30 @@ class TestParallel(unittest.TestCase):
         finally:
             self.assertEqual(srv.stop(), 0)
 
+    def test_n_choices_helpers_take_more(self):
+        """n = 4 with 2 slots: after choices 0 and 1 (side by side), choices 2 and 3 go side by side
+        too, the helper slot taking one as it finishes its own (before 2026-12-06 the first slot ran
+        both after its own, alone: about L passes carried two sequences, now about 2 L), and every
+        choice is still the answer of its seed alone."""
+        srv = Server(self.kjv, ["--parallel", "2", "-t", "2"])
+        try:
+            L, n = 12, 4
+            body = {"prompt": "And the LORD said unto", "max_tokens": L, "temperature": 0.9}
+            for seed in range(200, 260):      # a seed whose four choices all run to L tokens
+                alone = [post(srv, "/v1/completions", dict(body, seed=seed + i)) for i in range(n)]
+                if all(a["usage"]["completion_tokens"] == L for a in alone):
+                    break
+            self.assertTrue(all(a["usage"]["completion_tokens"] == L for a in alone), "no seed in 200..259")
+            passes, seqs = metric(srv, "k3_passes_total"), metric(srv, "k3_pass_sequences_total")
+            many = post(srv, "/v1/completions", dict(body, seed=seed, n=n), timeout=120)
+            shared = (metric(srv, "k3_pass_sequences_total") - seqs) - (metric(srv, "k3_passes_total") - passes)
+            for i in range(n):
+                self.assertEqual(dict(many["choices"][i], index=0), alone[i]["choices"][0], "choice %d" % i)
+            print("n = %d, 2 slots, %d tokens a choice: %d passes carried a second sequence" % (n, L, shared))
+            self.assertGreaterEqual(shared, 3 * L // 2, "choices 2 and 3 did not share passes")
+        finally:
+            self.assertEqual(srv.stop(), 0)
+
     def test_leave_and_route(self):
         srv = Server(self.kjv, ["--parallel", "3", "-t", "2"])
         try:
