@@ -2,7 +2,8 @@
 # What a token costs inside a pass of many (issue 32): one forward pass of T
 # tokens (T = 1, 2, 4, 8, 16, 64, 512) on a fully resident pack, in one-token
 # decode steps, total and per token; and the prompt's tokens/s against the
-# bound of the fp32 FMA peak (bench_kernels --peak, the same run) and the
+# bound of the fp32 FMA peak (bench_kernels --peak before and after the run:
+# the higher reading; far apart, the run is flagged as disturbed) and the
 # weights' flops per token (2 per weight element a token multiplies: the trunk's
 # matrices but the embedding, and k experts per MoE layer; attention, norms and
 # activations not counted). Best of 3 runs per row. Prints Markdown for
@@ -46,9 +47,14 @@ for _ in 1 2 3; do   # one decode step: 64 generated tokens after a 16-token pro
 done
 rows=
 for T in 1 2 4 8 16 64 512; do rows="$rows $T:$(best $T)"; done
-$PY - "$pk" "$peak" "$threads" "$step" $rows <<'PYEOF'
+peak2=$("$here/build/bench/bench_kernels" --peak)   # again at the end: a busy machine reads low
+$PY - "$pk" "$peak $peak2" "$threads" "$step" $rows <<'PYEOF'
 import json, sys
-pk, peak, threads, step = sys.argv[1], sys.argv[2].split(), sys.argv[3], float(sys.argv[4])
+pk, peaks, threads, step = sys.argv[1], sys.argv[2].split(), sys.argv[3], float(sys.argv[4])
+# the peak: the higher of the two readings (before, after); far apart, the run was disturbed
+col = 1 if threads != "1" else 0
+lo, hi = sorted((float(peaks[col]), float(peaks[2 + col])))
+peak = [str(hi)] * 2
 m = json.load(open(pk + "/manifest.json"))
 tc = m["config"].get("text_config", m["config"])
 k = tc["num_experts_per_token"]
@@ -64,7 +70,8 @@ experts = sum(k * sum(elems(p["shape"]) for p in x["parts"] if p["encoding"] == 
 flops = 2.0 * (trunk + experts)
 pk_gf = float(peak[1] if threads != "1" else peak[0])
 print("One pass of T tokens on `%s`, fully resident, %s threads: one decode step = %.2f ms; "
-      "weights' flops %.0f MFLOP per token; fp32 FMA peak %.1f GFLOPS (%s threads, same run)." % (
+      "weights' flops %.0f MFLOP per token; fp32 FMA peak %.1f GFLOPS (%s threads, the higher of its readings "
+      "before and after the run)." % (
           pk.rsplit("-", 1)[-1], threads, step * 1e3, flops / 1e6, pk_gf, threads))
 print()
 print("| T | pass | in decode steps | per token, in decode steps | tokens/s | of the FMA-peak bound |")
@@ -75,4 +82,10 @@ for a in sys.argv[5:]:
     tps = T / s
     print("| %d | %.1f ms | %.1f | %.2f | %.1f | %.2f |" % (
         T, s * 1e3, s / step, s / step / T, tps, tps * flops / (pk_gf * 1e9)))
+if lo < 0.9 * hi:
+    print("\n**Disturbed run:** the FMA peak read %.1f and %.1f GFLOPS before and after; another "
+          "process shared the cores, so the passes are suspect too: repeat the run." % (
+              float(peaks[col]), float(peaks[2 + col])))
+    print("bench_pass.sh: the FMA peak read %.1f and %.1f GFLOPS before and after: a disturbed run" % (
+        float(peaks[col]), float(peaks[2 + col])), file=sys.stderr)
 PYEOF
