@@ -344,6 +344,7 @@ static inline __attribute__((always_inline)) void ft_body(int enc, const k3_mat 
                                                           int T, int R, int xo, const uint32_t *row, __m512 *s)
 {
     const uint32_t ng = W->cols / 16;
+    const size_t pf = enc == K3_ENC_BF16 ? FT_PF : FT_PF / 2;      /* bytes ahead */
     __m512 a[8][FT];                  /* [row][token] */
     for (int r = 0; r < R; r++)
         for (int t = 0; t < T; t++) a[r][t] = _mm512_setzero_ps();
@@ -357,7 +358,7 @@ static inline __attribute__((always_inline)) void ft_body(int enc, const k3_mat 
             }
             for (int r = 0; r < R; r++) {
                 __m512 w0, w1;
-                __builtin_prefetch(grp_ptr(enc, W, row[r], g) + (enc == K3_ENC_BF16 ? FT_PF : FT_PF / 2), 0, FT_PFL);   /* ahead */
+                __builtin_prefetch(grp_ptr(enc, W, row[r], g) + pf, 0, FT_PFL);
                 dec2(enc, W, row[r], g, &w0, &w1);
                 for (int t = 0; t < T; t++) a[r][t] = _mm512_fmadd_ps(w0, x0[t], a[r][t]);
                 for (int t = 0; t < T; t++) a[r][t] = _mm512_fmadd_ps(w1, x1[t], a[r][t]);
@@ -365,7 +366,7 @@ static inline __attribute__((always_inline)) void ft_body(int enc, const k3_mat 
         } else {
             __m512 w0[8], w1[8];
             for (int r = 0; r < R; r++) {
-                __builtin_prefetch(grp_ptr(enc, W, row[r], g) + (enc == K3_ENC_BF16 ? FT_PF : FT_PF / 2), 0, FT_PFL);
+                __builtin_prefetch(grp_ptr(enc, W, row[r], g) + pf, 0, FT_PFL);
                 dec2(enc, W, row[r], g, &w0[r], &w1[r]);
             }
             for (int t = 0; t < T; t++) {
