@@ -53,8 +53,8 @@ import json, sys
 pk, peaks, threads, step = sys.argv[1], sys.argv[2].split(), sys.argv[3], float(sys.argv[4])
 # the peak: the higher of the two readings (before, after); far apart, the run was disturbed
 col = 1 if threads != "1" else 0
-lo, hi = sorted((float(peaks[col]), float(peaks[2 + col])))
-peak = [str(hi)] * 2
+before, after = float(peaks[col]), float(peaks[2 + col])
+pk_gf = max(before, after)
 m = json.load(open(pk + "/manifest.json"))
 tc = m["config"].get("text_config", m["config"])
 k = tc["num_experts_per_token"]
@@ -68,7 +68,6 @@ trunk = sum(elems(t["shape"]) for t in m["tensors"]
 experts = sum(k * sum(elems(p["shape"]) for p in x["parts"] if p["encoding"] == "MXFP4")
               for x in m["expert_layers"])
 flops = 2.0 * (trunk + experts)
-pk_gf = float(peak[1] if threads != "1" else peak[0])
 print("One pass of T tokens on `%s`, fully resident, %s threads: one decode step = %.2f ms; "
       "weights' flops %.0f MFLOP per token; fp32 FMA peak %.1f GFLOPS (%s threads, the higher of its readings "
       "before and after the run)." % (
@@ -82,10 +81,9 @@ for a in sys.argv[5:]:
     tps = T / s
     print("| %d | %.1f ms | %.1f | %.2f | %.1f | %.2f |" % (
         T, s * 1e3, s / step, s / step / T, tps, tps * flops / (pk_gf * 1e9)))
-if lo < 0.9 * hi:
+if min(before, after) < 0.9 * pk_gf:
     print("\n**Disturbed run:** the FMA peak read %.1f and %.1f GFLOPS before and after; another "
-          "process shared the cores, so the passes are suspect too: repeat the run." % (
-              float(peaks[col]), float(peaks[2 + col])))
+          "process shared the cores, so the passes are suspect too: repeat the run." % (before, after))
     print("bench_pass.sh: the FMA peak read %.1f and %.1f GFLOPS before and after: a disturbed run" % (
-        float(peaks[col]), float(peaks[2 + col])), file=sys.stderr)
+        before, after), file=sys.stderr)
 PYEOF
