@@ -5,6 +5,7 @@ the line it prints on stderr) and stops it with SIGTERM, checking that it exits 
 seconds. Every wait is bounded in time."""
 
 import http.client
+import itertools
 import json
 import re
 import os
@@ -40,6 +41,9 @@ def need(cond, why):
     return deco
 
 
+_SERVERS = itertools.count()           # each Server's stderr in a file of its own
+
+
 class Server:
     def __init__(self, pack, args=(), env=None, prefix=(), ca=None):
         """ca: the certificate to trust when the server speaks TLS (--tls-cert)."""
@@ -47,7 +51,7 @@ class Server:
         self.ctx = ssl.create_default_context(cafile=ca) if ca else None
         e = dict(os.environ)
         e.update(env or {})
-        self.log = open(os.path.join(TMP, "k3run-serve-%d.err" % os.getpid()), "w+b")
+        self.log = open(os.path.join(TMP, "k3run-serve-%d-%d.err" % (os.getpid(), next(_SERVERS))), "w+b")
         self.p = subprocess.Popen(list(prefix) + [os.path.join(BIN, "k3run"), "serve", "-m", pack, "--port", "0"] +
                                   self.args,
                                   stdout=subprocess.PIPE, stderr=self.log, env=e)
@@ -98,6 +102,9 @@ class Server:
             self.p.wait()
             raise AssertionError("k3run serve did not exit within %d s of SIGTERM" % STOP_SECONDS)
         self.p.stdout.close()
+        if self.p.returncode != 0:              # what it said, in the test's output
+            sys.stderr.write("k3run serve exited %d; its stderr ends:\n%s\n" % (self.p.returncode,
+                                                                              self.stderr()[-4000:]))
         return self.p.returncode
 
     def __del__(self):
